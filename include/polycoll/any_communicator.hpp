@@ -1,0 +1,188 @@
+#pragma once
+/// @file any_communicator.hpp
+/// AnyCommunicator: a move-only value holding any backend, for choosing the
+/// backend at run time. One indirect call per operation, no allocation per
+/// call (the backend object is allocated once, when the AnyCommunicator is made).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <polycoll/communicator.hpp>
+
+namespace polycoll {
+
+/// A type-erased communicator exposing the seed surface.
+class AnyCommunicator {
+ public:
+  /// Takes ownership of a backend: `AnyCommunicator any{std::move(comm)};`
+  template <class B>
+    requires(CommunicatorBackend<std::remove_cvref_t<B>> && !std::is_lvalue_reference_v<B>)
+  explicit AnyCommunicator(B&& backend)
+      : object_(new std::remove_cvref_t<B>(std::move(backend))), vtable_(&vtable_for<std::remove_cvref_t<B>>) {}
+
+  AnyCommunicator(AnyCommunicator&& other) noexcept
+      : object_(std::exchange(other.object_, nullptr)), vtable_(std::exchange(other.vtable_, &empty_vtable)) {}
+  AnyCommunicator& operator=(AnyCommunicator&& other) noexcept {
+    if (this != &other) {
+      reset();
+      object_ = std::exchange(other.object_, nullptr);
+      vtable_ = std::exchange(other.vtable_, &empty_vtable);
+    }
+    return *this;
+  }
+  AnyCommunicator(const AnyCommunicator&) = delete;
+  AnyCommunicator& operator=(const AnyCommunicator&) = delete;
+  ~AnyCommunicator() { reset(); }
+
+  /// False only for a moved-from AnyCommunicator (whose operations return Errc::invalid_argument).
+  [[nodiscard]] bool has_value() const noexcept { return object_ != nullptr; }
+  /// Number of ranks (0 when moved-from).
+  [[nodiscard]] std::size_t world_size() const noexcept { return object_ ? vtable_->world_size(object_) : 0; }
+  /// This rank.
+  [[nodiscard]] std::size_t rank() const noexcept { return object_ ? vtable_->rank(object_) : 0; }
+  /// The held backend's name ("noop", "threads", "mpi", "nccl").
+  [[nodiscard]] std::string_view backend_name() const noexcept { return vtable_->name; }
+
+  /// See Communicator::all_reduce.
+  [[nodiscard]] Status all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op) {
+    if (!object_) return moved_from("all_reduce");
+    return vtable_->all_reduce(object_, ptr, count, dtype, op);
+  }
+  /// See Communicator::broadcast.
+  [[nodiscard]] Status broadcast(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t root) {
+    if (!object_) return moved_from("broadcast");
+    return vtable_->broadcast(object_, ptr, count, dtype, root);
+  }
+  /// See Communicator::all_gather.
+  [[nodiscard]] Status all_gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
+    if (!object_) return moved_from("all_gather");
+    return vtable_->all_gather(object_, send, recv, count, dtype);
+  }
+  /// See Communicator::reduce_scatter.
+  [[nodiscard]] Status reduce_scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
+                                      ReduceOp op) {
+    if (!object_) return moved_from("reduce_scatter");
+    return vtable_->reduce_scatter(object_, send, recv, count, dtype, op);
+  }
+  /// See Communicator::send.
+  [[nodiscard]] Status send(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t dest, std::uint32_t tag) {
+    if (!object_) return moved_from("send");
+    return vtable_->send(object_, ptr, count, dtype, dest, tag);
+  }
+  /// See Communicator::recv.
+  [[nodiscard]] Status recv(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t src, std::uint32_t tag) {
+    if (!object_) return moved_from("recv");
+    return vtable_->recv(object_, ptr, count, dtype, src, tag);
+  }
+  /// See Communicator::sync.
+  [[nodiscard]] Status sync() {
+    if (!object_) return moved_from("sync");
+    return vtable_->sync(object_);
+  }
+  /// See Communicator::barrier.
+  [[nodiscard]] Status barrier() {
+    if (!object_) return moved_from("barrier");
+    return vtable_->barrier(object_);
+  }
+  /// See Communicator::split; the parts hold the same backend.
+  [[nodiscard]] Result<std::optional<AnyCommunicator>> split(std::uint32_t color, std::uint32_t key) {
+    if (!object_) return moved_from("split");
+    return vtable_->split(object_, color, key);
+  }
+  /// See Communicator::as_stream_sync.
+  [[nodiscard]] StreamSyncOps* as_stream_sync() noexcept {
+    return object_ ? vtable_->as_stream_sync(object_) : nullptr;
+  }
+
+  /// The held backend if it is a `B`, else nullptr (like std::function::target).
+  template <class B>
+  [[nodiscard]] B* target() noexcept {
+    return vtable_ == &vtable_for<B> ? static_cast<B*>(object_) : nullptr;
+  }
+  /// Const form of target().
+  template <class B>
+  [[nodiscard]] const B* target() const noexcept {
+    return vtable_ == &vtable_for<B> ? static_cast<const B*>(object_) : nullptr;
+  }
+
+ private:
+  struct VTable {
+    std::string_view name;
+    void (*destroy)(void*) noexcept;
+    std::size_t (*world_size)(const void*) noexcept;
+    std::size_t (*rank)(const void*) noexcept;
+    Status (*all_reduce)(void*, std::uint64_t, std::size_t, DType, ReduceOp);
+    Status (*broadcast)(void*, std::uint64_t, std::size_t, DType, std::size_t);
+    Status (*all_gather)(void*, std::uint64_t, std::uint64_t, std::size_t, DType);
+    Status (*reduce_scatter)(void*, std::uint64_t, std::uint64_t, std::size_t, DType, ReduceOp);
+    Status (*send)(void*, std::uint64_t, std::size_t, DType, std::size_t, std::uint32_t);
+    Status (*recv)(void*, std::uint64_t, std::size_t, DType, std::size_t, std::uint32_t);
+    Status (*sync)(void*);
+    Status (*barrier)(void*);
+    Result<std::optional<AnyCommunicator>> (*split)(void*, std::uint32_t, std::uint32_t);
+    StreamSyncOps* (*as_stream_sync)(void*) noexcept;
+  };
+
+  template <class B>
+  static B& as(void* p) noexcept {
+    return *static_cast<B*>(p);
+  }
+
+  template <class B>
+  static constexpr VTable make_vtable() noexcept {
+    return VTable{
+        B::backend_name,
+        [](void* p) noexcept { delete static_cast<B*>(p); },
+        [](const void* p) noexcept { return static_cast<const B*>(p)->world_size(); },
+        [](const void* p) noexcept { return static_cast<const B*>(p)->rank(); },
+        [](void* p, std::uint64_t a, std::size_t n, DType d, ReduceOp o) { return as<B>(p).all_reduce(a, n, d, o); },
+        [](void* p, std::uint64_t a, std::size_t n, DType d, std::size_t r) { return as<B>(p).broadcast(a, n, d, r); },
+        [](void* p, std::uint64_t s, std::uint64_t r, std::size_t n, DType d) {
+          return as<B>(p).all_gather(s, r, n, d);
+        },
+        [](void* p, std::uint64_t s, std::uint64_t r, std::size_t n, DType d, ReduceOp o) {
+          return as<B>(p).reduce_scatter(s, r, n, d, o);
+        },
+        [](void* p, std::uint64_t a, std::size_t n, DType d, std::size_t peer, std::uint32_t t) {
+          return as<B>(p).send(a, n, d, peer, t);
+        },
+        [](void* p, std::uint64_t a, std::size_t n, DType d, std::size_t peer, std::uint32_t t) {
+          return as<B>(p).recv(a, n, d, peer, t);
+        },
+        [](void* p) { return as<B>(p).sync(); },
+        [](void* p) { return as<B>(p).barrier(); },
+        [](void* p, std::uint32_t color, std::uint32_t key) -> Result<std::optional<AnyCommunicator>> {
+          auto r = as<B>(p).split(color, key);
+          if (!r) return tl::unexpected(std::move(r.error()));
+          if (!r->has_value()) return std::optional<AnyCommunicator>{};
+          return std::optional<AnyCommunicator>{AnyCommunicator(std::move(**r))};
+        },
+        [](void* p) noexcept { return as<B>(p).as_stream_sync(); },
+    };
+  }
+
+  template <class B>
+  static constexpr VTable vtable_for = make_vtable<B>();
+
+  static constexpr VTable empty_vtable{"none",    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                       nullptr,   nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+
+  static tl::unexpected<Error> moved_from(std::string_view call) {
+    return fail(Errc::invalid_argument, detail::cat(call, " on a moved-from AnyCommunicator"));
+  }
+
+  void reset() noexcept {
+    if (object_) vtable_->destroy(object_);
+    object_ = nullptr;
+  }
+
+  void* object_ = nullptr;
+  const VTable* vtable_ = &empty_vtable;
+};
+
+}  // namespace polycoll

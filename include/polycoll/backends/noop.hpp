@@ -1,0 +1,179 @@
+#pragma once
+/// @file backends/noop.hpp
+/// NoOp: a world of one rank. In-place collectives do nothing, all_gather and
+/// reduce_scatter copy send to recv, send/recv to self match by tag at sync().
+/// Useful as the serial build of a distributed code and as the reference for
+/// the cost of the front end.
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <polycoll/communicator.hpp>
+#include <polycoll/log.hpp>
+
+namespace polycoll {
+
+class NoOp;
+
+template <DType D>
+struct supports_dtype<NoOp, D> : std::true_type {};
+template <DType D, ReduceOp Op>
+struct supports_reduction<NoOp, D, Op> : std::bool_constant<is_valid_v<D, Op>> {};
+
+/// The world-of-one backend.
+class NoOp : public Communicator<NoOp> {
+ public:
+  static constexpr std::string_view backend_name = "noop";
+
+  /// A communicator of one rank.
+  NoOp() = default;
+  /// A communicator of one rank with `options` (drop_timeout is moot: nothing waits).
+  explicit NoOp(Options options) : options_(options) {}
+  NoOp(NoOp&& other) noexcept : Communicator<NoOp>(std::move(other)), options_(other.options_) {
+    std::lock_guard lock(other.p2p_->mutex);
+    p2p_->sends = std::move(other.p2p_->sends);
+    p2p_->recvs = std::move(other.p2p_->recvs);
+  }
+  NoOp& operator=(NoOp&& other) noexcept {
+    if (this != &other) {
+      report_dropped();
+      std::scoped_lock lock(p2p_->mutex, other.p2p_->mutex);
+      options_ = other.options_;
+      p2p_->sends = std::move(other.p2p_->sends);
+      p2p_->recvs = std::move(other.p2p_->recvs);
+    }
+    return *this;
+  }
+  NoOp(const NoOp&) = delete;
+  NoOp& operator=(const NoOp&) = delete;
+  ~NoOp() { report_dropped(); }
+
+  /// The options this communicator was made with.
+  [[nodiscard]] const Options& options() const noexcept { return options_; }
+
+ private:
+  friend class Communicator<NoOp>;
+
+  struct Message {
+    detail::CallDesc call;
+    std::uint64_t address;
+    std::size_t bytes;
+  };
+  struct P2p {
+    std::mutex mutex;
+    std::deque<Message> sends;
+    std::deque<Message> recvs;
+  };
+
+  std::size_t world_size_impl() const noexcept { return 1; }
+  std::size_t rank_impl() const noexcept { return 0; }
+
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_impl(dtype_tag<D>, op_tag<Op>, T*, std::size_t) noexcept {
+    return {};  // one rank: the reduction of one contribution is itself (avg divides by 1)
+  }
+  template <DType D, class T>
+  Status broadcast_impl(dtype_tag<D>, T*, std::size_t, std::size_t) noexcept {
+    return {};
+  }
+  template <DType D, class T>
+  Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) noexcept {
+    copy(send, recv, count);
+    return {};
+  }
+  template <DType D, ReduceOp Op, class T>
+  Status reduce_scatter_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) noexcept {
+    copy(send, recv, count);
+    return {};
+  }
+  template <DType D, class T>
+  Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
+    std::lock_guard lock(p2p_->mutex);
+    p2p_->sends.push_back({detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag), detail::to_address(ptr),
+                           count * sizeof(T)});
+    return {};
+  }
+  template <DType D, class T>
+  Status recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
+    std::lock_guard lock(p2p_->mutex);
+    p2p_->recvs.push_back({detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag), detail::to_address(ptr),
+                           count * sizeof(T)});
+    return {};
+  }
+
+  // Matches every pending recv with the oldest send of the same tag. With one
+  // rank nothing else can ever arrive, so whatever is left unmatched is an
+  // error now rather than a hang; the unmatched operations are dropped.
+  Status sync_impl() {
+    std::lock_guard lock(p2p_->mutex);
+    Status result;
+    auto& sends = p2p_->sends;
+    auto& recvs = p2p_->recvs;
+    for (auto r = recvs.begin(); r != recvs.end();) {
+      auto s = sends.begin();
+      while (s != sends.end() && s->call.tag != r->call.tag) ++s;
+      if (s == sends.end()) {
+        ++r;
+        continue;
+      }
+      if (result) {
+        if (s->call.dtype != r->call.dtype) {
+          result = tl::unexpected(error(Errc::mismatch, r->call,
+                                        detail::cat("matched ", detail::describe(s->call), " of another dtype")));
+        } else if (s->bytes > r->bytes) {
+          result = tl::unexpected(error(Errc::truncated, r->call,
+                                        detail::cat("message truncated: ", detail::describe(s->call), " sends ",
+                                                    s->call.count, " elements, recv posted for ", r->call.count)));
+        } else if (s->bytes != 0) {
+          std::memmove(detail::to_ptr<void>(r->address), detail::to_ptr<const void>(s->address), s->bytes);
+        }
+      }
+      sends.erase(s);
+      r = recvs.erase(r);
+    }
+    if (result && !recvs.empty()) {
+      result = tl::unexpected(error(Errc::mismatch, recvs.front().call, "no matching send on this rank (world of 1)"));
+    } else if (result && !sends.empty()) {
+      result = tl::unexpected(error(Errc::mismatch, sends.front().call, "no matching recv on this rank (world of 1)"));
+    }
+    sends.clear();
+    recvs.clear();
+    return result;
+  }
+  Status barrier_impl() { return sync_impl(); }
+
+  Result<std::optional<NoOp>> split_impl(std::uint32_t color, std::uint32_t) {
+    if (color == no_color) return std::optional<NoOp>{};
+    return std::optional<NoOp>{NoOp(options_)};
+  }
+
+  template <class T>
+  static void copy(const T* send, T* recv, std::size_t count) noexcept {
+    if (count != 0 && static_cast<const void*>(send) != static_cast<const void*>(recv)) {
+      std::memmove(static_cast<void*>(recv), static_cast<const void*>(send), count * sizeof(T));
+    }
+  }
+
+  void report_dropped() noexcept {
+    if (!p2p_) return;
+    std::lock_guard lock(p2p_->mutex);
+    const std::size_t n = p2p_->sends.size() + p2p_->recvs.size();
+    if (n != 0) {
+      const auto& first = p2p_->sends.empty() ? p2p_->recvs.front() : p2p_->sends.front();
+      log(LogLevel::warning, detail::cat("NoOp communicator destroyed with ", n,
+                                         " pending point-to-point operation(s), first: ", detail::describe(first.call),
+                                         "; dropped"));
+      p2p_->sends.clear();
+      p2p_->recvs.clear();
+    }
+  }
+
+  Options options_{};
+  std::unique_ptr<P2p> p2p_ = std::make_unique<P2p>();
+};
+
+}  // namespace polycoll

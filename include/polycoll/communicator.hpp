@@ -1,0 +1,419 @@
+#pragma once
+/// @file communicator.hpp
+/// Communicator<Backend>: the CRTP front end every backend derives from. It
+/// owns the public surface (the seed surface on addresses and the typed
+/// surface on spans), validates every call once, turns run-time DType/ReduceOp
+/// into tags, checks the backend's capability traits, and only then calls the
+/// backend's `*_impl`.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <ranges>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <polycoll/detail/call.hpp>
+#include <polycoll/dtype.hpp>
+#include <polycoll/error.hpp>
+#include <polycoll/reduce_op.hpp>
+#include <polycoll/stream_sync.hpp>
+
+namespace polycoll {
+
+/// `split(no_color, key)` leaves the calling rank out: it gets std::nullopt.
+inline constexpr std::uint32_t no_color = 0xFFFFFFFFu;
+
+/// Options every backend factory takes last.
+struct Options {
+  /// Bounds sync()/barrier(); none = wait forever.
+  std::optional<std::chrono::milliseconds> op_timeout;
+  /// How long a destructor waits for pending work before it logs and releases.
+  std::chrono::milliseconds drop_timeout{5000};
+  /// Cross-rank fingerprint check before each collective (also POLYCOLL_CHECK=1).
+  bool check_consistency = false;
+};
+
+/// Capability trait: backend B can reduce elements of D with Op (all_reduce,
+/// reduce_scatter). False unless the backend specialises it.
+template <class B, DType D, ReduceOp Op>
+struct supports_reduction : std::false_type {};
+
+/// Capability trait: backend B can move elements of D (broadcast, all_gather,
+/// send, recv). False unless the backend specialises it.
+template <class B, DType D>
+struct supports_dtype : std::false_type {};
+
+/// True when the pair is valid and B declares it.
+template <class B, DType D, ReduceOp Op>
+inline constexpr bool supports_reduction_v = is_valid_v<D, Op> && supports_reduction<B, D, Op>::value;
+
+/// True when B declares it moves D.
+template <class B, DType D>
+inline constexpr bool supports_dtype_v = supports_dtype<B, D>::value;
+
+namespace detail {
+template <class T>
+T* to_ptr(std::uint64_t address) noexcept {
+  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(address));
+}
+template <class T>
+std::uint64_t to_address(T* p) noexcept {
+  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+}
+
+/// A range the typed surface accepts: contiguous, sized, and not a temporary
+/// that would dangle before sync() (spans and lvalues are fine).
+template <class R>
+concept buffer_range =
+    std::ranges::contiguous_range<R> && std::ranges::sized_range<R> && std::ranges::borrowed_range<R>;
+
+template <class R>
+using range_element_t = std::remove_reference_t<std::ranges::range_reference_t<R>>;
+
+template <class R>
+using range_value_t = std::remove_cv_t<range_element_t<R>>;
+
+template <class T>
+constexpr void check_element_type() {
+  static_assert(is_element_type_v<T>,
+                "polycoll: unsupported element type; use double, float, f16, bf16, f8e4m3, f8e5m2, "
+                "std::int8_t..std::int64_t, std::uint8_t..std::uint64_t, bool, std::complex<float> or "
+                "std::complex<double>");
+}
+}  // namespace detail
+
+/// The front end. A backend `B` derives as `class B : public Communicator<B>`
+/// and provides `world_size_impl()`, `rank_impl()`, the `*_impl` operations
+/// taking `dtype_tag<D>` (and `op_tag<Op>` for reductions) with typed pointers,
+/// `sync_impl()`, `barrier_impl()`, `split_impl()`, and
+/// `static constexpr std::string_view backend_name`. See docs/design.md.
+template <class Backend>
+class Communicator {
+ public:
+  /// Number of ranks.
+  [[nodiscard]] std::size_t world_size() const noexcept { return self().world_size_impl(); }
+  /// This rank, in [0, world_size()).
+  [[nodiscard]] std::size_t rank() const noexcept { return self().rank_impl(); }
+
+  // ---------------------------------------------------------------- seed surface
+
+  /// In-place all-reduce of `count` elements at `ptr`.
+  [[nodiscard]] Status all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op) {
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, dtype, op);
+    if (auto s = check_buffer(c, ptr, count, dtype, 1, "buffer"); !s) return s;
+    return dispatch_reduction(c, [&](auto d, auto o) {
+      using T = typename decltype(d)::type;
+      return self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count);
+    });
+  }
+
+  /// In-place broadcast of `count` elements at `ptr` from `root`.
+  [[nodiscard]] Status broadcast(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t root) {
+    const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, dtype, root);
+    if (auto s = check_rank(c, root, "root"); !s) return s;
+    if (auto s = check_buffer(c, ptr, count, dtype, 1, "buffer"); !s) return s;
+    return dispatch_movement(c, [&](auto d) {
+      using T = typename decltype(d)::type;
+      return self().broadcast_impl(d, detail::to_ptr<T>(ptr), count, root);
+    });
+  }
+
+  /// Gathers `count` elements from every rank into `recv` (count * world_size, rank order).
+  [[nodiscard]] Status all_gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
+    const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, dtype);
+    if (auto s = check_buffer(c, send, count, dtype, 1, "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, count, dtype, world_size(), "recv buffer"); !s) return s;
+    return dispatch_movement(c, [&](auto d) {
+      using T = typename decltype(d)::type;
+      return self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
+    });
+  }
+
+  /// Reduces `send` (count * world_size) and leaves block `rank()` (count elements) in `recv`.
+  [[nodiscard]] Status reduce_scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
+                                      ReduceOp op) {
+    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, dtype, op);
+    if (auto s = check_buffer(c, send, count, dtype, world_size(), "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, count, dtype, 1, "recv buffer"); !s) return s;
+    return dispatch_reduction(c, [&](auto d, auto o) {
+      using T = typename decltype(d)::type;
+      return self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
+    });
+  }
+
+  /// Non-blocking send of `count` elements to `dest`; complete after sync().
+  [[nodiscard]] Status send(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t dest, std::uint32_t tag) {
+    const auto c = detail::CallDesc::p2p(detail::Call::send, count, dtype, dest, tag);
+    if (auto s = check_rank(c, dest, "dest"); !s) return s;
+    if (auto s = check_buffer(c, ptr, count, dtype, 1, "buffer"); !s) return s;
+    return dispatch_movement(c, [&](auto d) {
+      using T = typename decltype(d)::type;
+      return self().send_impl(d, detail::to_ptr<const T>(ptr), count, dest, tag);
+    });
+  }
+
+  /// Non-blocking receive of `count` elements from `src`; complete after sync().
+  [[nodiscard]] Status recv(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t src, std::uint32_t tag) {
+    const auto c = detail::CallDesc::p2p(detail::Call::recv, count, dtype, src, tag);
+    if (auto s = check_rank(c, src, "src"); !s) return s;
+    if (auto s = check_buffer(c, ptr, count, dtype, 1, "buffer"); !s) return s;
+    return dispatch_movement(c, [&](auto d) {
+      using T = typename decltype(d)::type;
+      return self().recv_impl(d, detail::to_ptr<T>(ptr), count, src, tag);
+    });
+  }
+
+  /// Completes all pending work: outputs are valid and inputs reusable.
+  [[nodiscard]] Status sync() { return self().sync_impl(); }
+
+  /// Waits for every rank (implies sync()).
+  [[nodiscard]] Status barrier() { return self().barrier_impl(); }
+
+  /// Collective: ranks with equal `color` form a communicator ordered by
+  /// (key, old rank); `no_color` gives std::nullopt to the caller.
+  [[nodiscard]] Result<std::optional<Backend>> split(std::uint32_t color, std::uint32_t key) {
+    return self().split_impl(color, key);
+  }
+
+  /// The stream operations, or nullptr for a backend without streams.
+  [[nodiscard]] StreamSyncOps* as_stream_sync() noexcept {
+    if constexpr (requires(Backend& b) { b.as_stream_sync_impl(); }) {
+      return self().as_stream_sync_impl();
+    } else {
+      return nullptr;
+    }
+  }
+
+  // ---------------------------------------------------------------- typed surface
+
+  /// In-place all-reduce with a compile-time op: `comm.all_reduce(std::span(v), polycoll::sum)`.
+  template <detail::buffer_range R, ReduceOp Op>
+  [[nodiscard]] Status all_reduce(R&& buf, op_tag<Op> op) {
+    using T = detail::range_element_t<R>;
+    static_assert(!std::is_const_v<T>, "polycoll::Communicator::all_reduce: the buffer is written; pass a mutable span");
+    detail::check_element_type<T>();
+    constexpr DType D = dtype_of_v<T>;
+    static_assert(is_valid_v<D, Op>,
+                  "polycoll::Communicator::all_reduce: this op is not defined for this element type "
+                  "(min/max on complex, avg on integers or bool)");
+    static_assert(supports_reduction_v<Backend, D, Op>,
+                  "polycoll::Communicator::all_reduce: the backend does not support this (element type, op) pair");
+    const std::span<T> s(buf);
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, s.size(), D, Op);
+    if (auto st = check_buffer(c, detail::to_address(s.data()), s.size(), D, 1, "buffer"); !st) return st;
+    return self().all_reduce_impl(dtype_tag<D>{}, op, s.data(), s.size());
+  }
+
+  /// In-place all-reduce with a run-time op (checked at run time).
+  template <detail::buffer_range R>
+  [[nodiscard]] Status all_reduce(R&& buf, ReduceOp op) {
+    using T = detail::range_element_t<R>;
+    static_assert(!std::is_const_v<T>, "polycoll::Communicator::all_reduce: the buffer is written; pass a mutable span");
+    detail::check_element_type<T>();
+    const std::span<T> s(buf);
+    return all_reduce(detail::to_address(s.data()), s.size(), dtype_of_v<T>, op);
+  }
+
+  /// In-place broadcast from `root`.
+  template <detail::buffer_range R>
+  [[nodiscard]] Status broadcast(R&& buf, std::size_t root) {
+    using T = detail::range_element_t<R>;
+    static_assert(!std::is_const_v<T>, "polycoll::Communicator::broadcast: the buffer is written; pass a mutable span");
+    check_movable<T>();
+    const std::span<T> s(buf);
+    return broadcast(detail::to_address(s.data()), s.size(), dtype_of_v<T>, root);
+  }
+
+  /// all_gather: `recv.size()` must be `send.size() * world_size()`.
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status all_gather(S&& send, R&& recv) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    static_assert(std::is_same_v<TS, TR>, "polycoll::Communicator::all_gather: send and recv element types differ");
+    static_assert(!std::is_const_v<TR>, "polycoll::Communicator::all_gather: recv is written; pass a mutable span");
+    check_movable<TR>();
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    const auto c = detail::CallDesc::movement(detail::Call::all_gather, s.size(), dtype_of_v<TR>);
+    if (auto st = check_span_sizes(c, r.size(), s.size(), "recv.size()", "send.size()"); !st) return st;
+    return all_gather(detail::to_address(s.data()), detail::to_address(r.data()), s.size(), dtype_of_v<TR>);
+  }
+
+  /// reduce_scatter with a compile-time op: `send.size()` must be `recv.size() * world_size()`.
+  template <detail::buffer_range S, detail::buffer_range R, ReduceOp Op>
+  [[nodiscard]] Status reduce_scatter(S&& send, R&& recv, op_tag<Op> op) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    static_assert(std::is_same_v<TS, TR>, "polycoll::Communicator::reduce_scatter: send and recv element types differ");
+    static_assert(!std::is_const_v<TR>, "polycoll::Communicator::reduce_scatter: recv is written; pass a mutable span");
+    detail::check_element_type<TR>();
+    constexpr DType D = dtype_of_v<TR>;
+    static_assert(is_valid_v<D, Op>,
+                  "polycoll::Communicator::reduce_scatter: this op is not defined for this element type "
+                  "(min/max on complex, avg on integers or bool)");
+    static_assert(supports_reduction_v<Backend, D, Op>,
+                  "polycoll::Communicator::reduce_scatter: the backend does not support this (element type, op) pair");
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, r.size(), D, Op);
+    if (auto st = check_span_sizes(c, s.size(), r.size(), "send.size()", "recv.size()"); !st) return st;
+    if (auto st = check_buffer(c, detail::to_address(s.data()), r.size(), D, world_size(), "send buffer"); !st)
+      return st;
+    if (auto st = check_buffer(c, detail::to_address(r.data()), r.size(), D, 1, "recv buffer"); !st) return st;
+    return self().reduce_scatter_impl(dtype_tag<D>{}, op, s.data(), r.data(), r.size());
+  }
+
+  /// reduce_scatter with a run-time op.
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status reduce_scatter(S&& send, R&& recv, ReduceOp op) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    static_assert(std::is_same_v<TS, TR>, "polycoll::Communicator::reduce_scatter: send and recv element types differ");
+    static_assert(!std::is_const_v<TR>, "polycoll::Communicator::reduce_scatter: recv is written; pass a mutable span");
+    detail::check_element_type<TR>();
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, r.size(), dtype_of_v<TR>, op);
+    if (auto st = check_span_sizes(c, s.size(), r.size(), "send.size()", "recv.size()"); !st) return st;
+    return reduce_scatter(detail::to_address(s.data()), detail::to_address(r.data()), r.size(), dtype_of_v<TR>, op);
+  }
+
+  /// Non-blocking typed send.
+  template <detail::buffer_range R>
+  [[nodiscard]] Status send(R&& buf, std::size_t dest, std::uint32_t tag) {
+    using T = detail::range_value_t<R>;
+    check_movable<T>();
+    const std::span<const T> s(buf);
+    return send(detail::to_address(s.data()), s.size(), dtype_of_v<T>, dest, tag);
+  }
+
+  /// Non-blocking typed receive.
+  template <detail::buffer_range R>
+  [[nodiscard]] Status recv(R&& buf, std::size_t src, std::uint32_t tag) {
+    using T = detail::range_element_t<R>;
+    static_assert(!std::is_const_v<T>, "polycoll::Communicator::recv: the buffer is written; pass a mutable span");
+    check_movable<T>();
+    const std::span<T> s(buf);
+    return recv(detail::to_address(s.data()), s.size(), dtype_of_v<T>, src, tag);
+  }
+
+ protected:
+  Communicator() = default;
+  Communicator(const Communicator&) = default;
+  Communicator(Communicator&&) noexcept = default;
+  Communicator& operator=(const Communicator&) = default;
+  Communicator& operator=(Communicator&&) noexcept = default;
+  ~Communicator() = default;
+
+  /// An Error about call `c` spelled with this rank, world and backend.
+  [[nodiscard]] Error error(Errc code, const detail::CallDesc& c, std::string_view what, int native = 0) const {
+    return detail::call_error(code, c, rank(), world_size(), Backend::backend_name, what, native);
+  }
+
+ private:
+  Backend& self() noexcept { return static_cast<Backend&>(*this); }
+  const Backend& self() const noexcept { return static_cast<const Backend&>(*this); }
+
+  template <class T>
+  static constexpr void check_movable() {
+    detail::check_element_type<T>();
+    static_assert(supports_dtype_v<Backend, dtype_of_v<T>>,
+                  "polycoll::Communicator: the backend cannot move this element type");
+  }
+
+  Status check_rank(const detail::CallDesc& c, std::size_t r, const char* what) const {
+    const std::size_t w = world_size();
+    if (r >= w) {
+      return tl::unexpected(
+          error(Errc::invalid_argument, c, detail::cat(what, ' ', r, " out of range [0, ", w, ')')));
+    }
+    return {};
+  }
+
+  // `count * blocks` elements at `address`: not null unless empty, and the byte
+  // size representable.
+  Status check_buffer(const detail::CallDesc& c, std::uint64_t address, std::size_t count, DType dtype,
+                      std::size_t blocks, const char* what) const {
+    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
+    blocks = std::max<std::size_t>(blocks, 1);
+    if (count != 0 && count > std::numeric_limits<std::size_t>::max() / blocks / elem) {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat(what, " size overflows: count ", count, " x ", blocks, " x ", elem,
+                                              " bytes")));
+    }
+    if (address == 0 && count != 0) {
+      return tl::unexpected(error(Errc::invalid_argument, c, detail::cat(what, " is null with count > 0")));
+    }
+    return {};
+  }
+
+  Status check_span_sizes(const detail::CallDesc& c, std::size_t big, std::size_t small, const char* big_name,
+                          const char* small_name) const {
+    const std::size_t w = std::max<std::size_t>(world_size(), 1);
+    if (small > std::numeric_limits<std::size_t>::max() / w || big != small * w) {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat(big_name, " is ", big, ", expected ", small_name,
+                                              " x world_size = ", small, " x ", w)));
+    }
+    return {};
+  }
+
+  Error unknown_dtype(const detail::CallDesc& c) const {
+    return error(Errc::invalid_argument, c, detail::cat("unknown DType value ", detail::dtype_text(c.dtype)));
+  }
+
+  // Run-time DType -> tag, then the capability trait, then `f(tag)`.
+  template <class F>
+  Status dispatch_movement(const detail::CallDesc& c, F&& f) {
+    return visit_dtype(
+        c.dtype,
+        [&](auto d) -> Status {
+          if constexpr (supports_dtype_v<Backend, decltype(d)::value>) {
+            return f(d);
+          } else {
+            return tl::unexpected(error(Errc::unsupported, c, "the backend cannot move this dtype"));
+          }
+        },
+        [&]() -> Status { return tl::unexpected(unknown_dtype(c)); });
+  }
+
+  // Run-time (DType, ReduceOp) -> tags, then validity, then the capability trait, then `f(d, o)`.
+  template <class F>
+  Status dispatch_reduction(const detail::CallDesc& c, F&& f) {
+    return visit_dtype(
+        c.dtype,
+        [&](auto d) -> Status {
+          return visit_op(
+              c.op,
+              [&](auto o) -> Status {
+                constexpr DType D = decltype(d)::value;
+                constexpr ReduceOp Op = decltype(o)::value;
+                if constexpr (!is_valid_v<D, Op>) {
+                  return tl::unexpected(error(Errc::invalid_argument, c,
+                                              detail::cat("op ", name(Op), " is not defined for dtype ", name(D))));
+                } else if constexpr (!supports_reduction_v<Backend, D, Op>) {
+                  return tl::unexpected(error(Errc::unsupported, c, "the backend does not support this (dtype, op)"));
+                } else {
+                  return f(d, o);
+                }
+              },
+              [&]() -> Status {
+                return tl::unexpected(
+                    error(Errc::invalid_argument, c, detail::cat("unknown ReduceOp value ", detail::op_text(c.op))));
+              });
+        },
+        [&]() -> Status { return tl::unexpected(unknown_dtype(c)); });
+  }
+};
+
+/// Satisfied by the backends: types deriving from Communicator<B>.
+template <class B>
+concept CommunicatorBackend = std::is_base_of_v<Communicator<B>, B> && requires { B::backend_name; };
+
+}  // namespace polycoll

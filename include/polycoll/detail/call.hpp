@@ -1,0 +1,113 @@
+#pragma once
+// Description of one call (operation and arguments), used for error messages,
+// pending-operation lists and cross-rank fingerprints. Internal.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include <polycoll/dtype.hpp>
+#include <polycoll/error.hpp>
+#include <polycoll/detail/text.hpp>
+#include <polycoll/reduce_op.hpp>
+
+namespace polycoll::detail {
+
+enum class Call : std::uint8_t { all_reduce, broadcast, all_gather, reduce_scatter, send, recv, sync, barrier, split };
+
+constexpr std::string_view call_name(Call c) noexcept {
+  constexpr std::string_view names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "send",
+                                        "recv",       "sync",      "barrier",    "split"};
+  return names[static_cast<std::uint8_t>(c)];
+}
+
+inline constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
+
+/// Trivially copyable, so building one on the hot path costs a few stores.
+struct CallDesc {
+  Call call = Call::sync;
+  std::size_t count = npos;  // npos: the call has no count
+  DType dtype = DType::U8;
+  bool has_dtype = false;
+  ReduceOp op = ReduceOp::Sum;
+  bool has_op = false;
+  std::size_t root = npos;
+  std::size_t peer = npos;  // dest for send, src for recv
+  std::uint32_t tag = 0;
+  bool has_tag = false;
+  std::uint64_t seq = 0;  // 0: not numbered
+
+  static constexpr CallDesc reduction(Call c, std::size_t count, DType d, ReduceOp op) noexcept {
+    CallDesc r{};
+    r.call = c; r.count = count; r.dtype = d; r.has_dtype = true; r.op = op; r.has_op = true;
+    return r;
+  }
+  static constexpr CallDesc movement(Call c, std::size_t count, DType d) noexcept {
+    CallDesc r{};
+    r.call = c; r.count = count; r.dtype = d; r.has_dtype = true;
+    return r;
+  }
+  static constexpr CallDesc rooted(Call c, std::size_t count, DType d, std::size_t root) noexcept {
+    CallDesc r = movement(c, count, d);
+    r.root = root;
+    return r;
+  }
+  static constexpr CallDesc p2p(Call c, std::size_t count, DType d, std::size_t peer, std::uint32_t tag) noexcept {
+    CallDesc r = movement(c, count, d);
+    r.peer = peer; r.tag = tag; r.has_tag = true;
+    return r;
+  }
+  static constexpr CallDesc plain(Call c) noexcept {
+    CallDesc r{};
+    r.call = c;
+    return r;
+  }
+};
+
+inline std::string dtype_text(DType d) {
+  return is_known(d) ? std::string(name(d)) : cat("<invalid ", static_cast<unsigned>(static_cast<std::uint8_t>(d)), '>');
+}
+
+inline std::string op_text(ReduceOp op) {
+  return is_known(op) ? std::string(name(op)) : cat("<invalid ", static_cast<unsigned>(static_cast<std::uint8_t>(op)), '>');
+}
+
+/// "all_reduce(count=1024, dtype=bf16, op=sum)"; "#7 " in front when numbered.
+inline std::string describe(const CallDesc& c) {
+  std::string s;
+  if (c.seq != 0) s = cat('#', c.seq, ' ');
+  s += call_name(c.call);
+  s += '(';
+  std::string_view sep;
+  auto add = [&](std::string_view key, const std::string& value) {
+    s += sep;
+    s += key;
+    s += '=';
+    s += value;
+    sep = ", ";
+  };
+  if (c.count != npos) add("count", std::to_string(c.count));
+  if (c.has_dtype) add("dtype", dtype_text(c.dtype));
+  if (c.has_op) add("op", op_text(c.op));
+  if (c.root != npos) add("root", std::to_string(c.root));
+  if (c.peer != npos) add(c.call == Call::recv ? "src" : "dest", std::to_string(c.peer));
+  if (c.has_tag) add("tag", std::to_string(c.tag));
+  s += ')';
+  return s;
+}
+
+/// " on rank 3 of 8 [mpi]"
+inline std::string where(std::size_t rank, std::size_t world, std::string_view backend) {
+  return cat(" on rank ", rank, " of ", world, " [", backend, ']');
+}
+
+/// The one way errors about a call are spelled:
+/// "all_reduce(count=1024, dtype=bf16, op=sum) on rank 3 of 8 [mpi]: <what>".
+inline Error call_error(Errc code, const CallDesc& c, std::size_t rank, std::size_t world, std::string_view backend,
+                        std::string_view what, int native = 0) {
+  return Error{code, cat(describe(c), where(rank, world, backend), ": ", what), native};
+}
+
+}  // namespace polycoll::detail
