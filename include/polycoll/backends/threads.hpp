@@ -1,0 +1,639 @@
+#pragma once
+/// @file backends/threads.hpp
+/// Threads: n ranks as n threads of one process, communicating through shared
+/// memory. `Threads::create(n)` returns one communicator per thread.
+///
+/// Collectives are blocking (complete on return). Small messages take a
+/// latency path: each rank copies its contribution into a pre-touched scratch
+/// slot, one barrier, then every rank reads its peers' slots. Large messages
+/// are reduced in place: each rank reduces its own slice reading every peer's
+/// buffer directly (reduce-scatter), a barrier, then each rank copies the other
+/// slices from their owners (all-gather). send/recv are matched by (src, tag)
+/// in order; the second of a matching pair to be posted does the copy, and
+/// sync() waits for this rank's operations to complete. See docs/backends.md.
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <polycoll/communicator.hpp>
+#include <polycoll/detail/call.hpp>
+#include <polycoll/detail/wait.hpp>
+#include <polycoll/kernels/reduce.hpp>
+#include <polycoll/log.hpp>
+
+namespace polycoll {
+
+class Threads;
+
+template <DType D>
+struct supports_dtype<Threads, D> : std::true_type {};
+template <DType D, ReduceOp Op>
+struct supports_reduction<Threads, D, Op> : std::bool_constant<is_valid_v<D, Op>> {};
+
+namespace detail::threads {
+
+/// Messages up to this many bytes (per rank contribution) take the latency path.
+inline constexpr std::size_t small_bytes = 16 * 1024;
+/// Large-path slices start on this boundary so two ranks never write one cache line.
+inline constexpr std::size_t slice_align = 64;
+
+struct PendingSend {
+  const void* ptr;
+  std::size_t bytes;
+  std::size_t src;
+  CallDesc call;
+};
+struct PendingRecv {
+  void* ptr;
+  std::size_t bytes;
+  CallDesc call;
+};
+
+struct World;
+
+// The n source pointers of one reduction: inline for the usual world sizes.
+template <class T>
+class Sources {
+ public:
+  explicit Sources(std::size_t n) : ptr_(n <= inline_n ? inline_ : (heap_.resize(n), heap_.data())) {}
+  const T*& operator[](std::size_t i) noexcept { return ptr_[i]; }
+  const T* const* data() const noexcept { return ptr_; }
+
+ private:
+  static constexpr std::size_t inline_n = 16;
+  const T* inline_[inline_n] = {};
+  std::vector<const T*> heap_;
+  const T** ptr_;
+};
+
+struct alignas(64) RankState {
+  // Published for the collective in progress; read by peers after a phase.
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::uint32_t color = 0;
+  std::uint32_t key = 0;
+  std::shared_ptr<World> split_result;
+  std::byte* scratch[2] = {nullptr, nullptr};
+  CallDesc current{};                     // the collective this rank is in (diagnostics)
+  std::atomic<std::uint64_t> phase{0};    // phases this rank has entered (diagnostics)
+
+  // Owned by this rank's submitting thread (under `submit`).
+  std::mutex submit;
+  std::uint64_t phases = 0;
+  std::uint64_t seq = 0;
+
+  // Point-to-point: sends addressed to this rank, and recvs it posted, not yet matched.
+  std::mutex mailbox;
+  std::vector<PendingSend> sends;
+  std::vector<PendingRecv> recvs;
+  alignas(64) std::atomic<std::uint32_t> p2p_pending{0};  // this rank's posted, incomplete ops
+  std::mutex error_mutex;
+  std::optional<Error> p2p_error;
+};
+
+struct World {
+  std::size_t n;
+  Options options;
+  unsigned spin;
+  alignas(64) std::atomic<std::uint64_t> counter{0};
+  std::atomic<bool> aborted{false};
+  std::unique_ptr<RankState[]> ranks;
+  std::unique_ptr<std::byte[]> scratch;
+
+  World(std::size_t size, Options opt)
+      : n(size),
+        options(opt),
+        spin(size <= std::max(1u, std::thread::hardware_concurrency()) ? 20000u : 200u),
+        ranks(new RankState[size]),
+        scratch(new std::byte[size * 2 * small_bytes]) {
+    // Touch the scratch once now: a first touch costs 11-15 us per page later.
+    std::memset(scratch.get(), 0, size * 2 * small_bytes);
+    for (std::size_t r = 0; r < size; ++r) {
+      ranks[r].scratch[0] = scratch.get() + (2 * r) * small_bytes;
+      ranks[r].scratch[1] = scratch.get() + (2 * r + 1) * small_bytes;
+      ranks[r].sends.reserve(16);
+      ranks[r].recvs.reserve(16);
+    }
+  }
+
+  // Everyone waiting anywhere in this world wakes up and returns Errc::aborted.
+  void abort() noexcept {
+    aborted.store(true, std::memory_order_release);
+    counter.fetch_add(std::uint64_t{1} << 60, std::memory_order_acq_rel);
+    counter.notify_all();
+    for (std::size_t r = 0; r < n; ++r) {
+      ranks[r].p2p_pending.fetch_add(1u << 30, std::memory_order_acq_rel);
+      ranks[r].p2p_pending.notify_all();
+    }
+  }
+};
+
+}  // namespace detail::threads
+
+/// In-process ranks over shared memory.
+class Threads : public Communicator<Threads> {
+ public:
+  static constexpr std::string_view backend_name = "threads";
+
+  /// n communicators of one world, element r for rank r; hand each to its own thread.
+  [[nodiscard]] static Result<std::vector<Threads>> create(std::size_t n, Options options = {}) {
+    if (n == 0) return fail(Errc::invalid_argument, "Threads::create(n=0) [threads]: a world needs at least one rank");
+    try {
+      auto world = std::make_shared<detail::threads::World>(n, options);
+      std::vector<Threads> comms;
+      comms.reserve(n);
+      for (std::size_t r = 0; r < n; ++r) comms.push_back(Threads(world, r));
+      return comms;
+    } catch (const std::bad_alloc&) {
+      return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
+    }
+  }
+
+  /// Convenience: creates a world of n, runs `f(comm)` on n threads, joins them.
+  template <class F>
+  [[nodiscard]] static Status run(std::size_t n, F&& f, Options options = {}) {
+    auto comms = create(n, options);
+    if (!comms) return tl::unexpected(std::move(comms.error()));
+    std::vector<std::thread> threads;
+    threads.reserve(n);
+    for (auto& c : *comms) threads.emplace_back([&f, &c] { f(c); });
+    for (auto& t : threads) t.join();
+    return {};
+  }
+
+  Threads(Threads&& other) noexcept
+      : Communicator<Threads>(std::move(other)), world_(std::move(other.world_)), rank_(other.rank_) {}
+  Threads& operator=(Threads&& other) noexcept {
+    if (this != &other) {
+      release();
+      world_ = std::move(other.world_);
+      rank_ = other.rank_;
+    }
+    return *this;
+  }
+  Threads(const Threads&) = delete;
+  Threads& operator=(const Threads&) = delete;
+  ~Threads() { release(); }
+
+  /// The options this world was created with.
+  [[nodiscard]] const Options& options() const noexcept {
+    static const Options none{};
+    return world_ ? world_->options : none;
+  }
+
+ private:
+  friend class Communicator<Threads>;
+  using RankState = detail::threads::RankState;
+  using World = detail::threads::World;
+
+  Threads(std::shared_ptr<World> world, std::size_t rank) noexcept : world_(std::move(world)), rank_(rank) {}
+
+  std::size_t world_size_impl() const noexcept { return world_ ? world_->n : 1; }
+  std::size_t rank_impl() const noexcept { return world_ ? rank_ : 0; }
+
+  RankState& me() const noexcept { return world_->ranks[rank_]; }
+  RankState& peer(std::size_t r) const noexcept { return world_->ranks[r]; }
+
+  // ------------------------------------------------------------ phases
+
+  // Guard for one collective: holds this rank's submission lock and numbers the call.
+  struct Collective {
+    std::unique_lock<std::mutex> lock;
+    detail::CallDesc call;
+  };
+
+  Result<Collective> begin(detail::CallDesc call) {
+    if (!world_) return tl::unexpected(moved_from(call));
+    RankState& m = me();
+    std::unique_lock lock(m.submit);
+    if (world_->aborted.load(std::memory_order_acquire)) {
+      return tl::unexpected(error(Errc::aborted, call, "the communicator was aborted after an earlier error"));
+    }
+    call.seq = ++m.seq;
+    m.current = call;
+    return Collective{std::move(lock), call};
+  }
+
+  // Arrive at the next phase and wait until every rank has arrived.
+  Status phase(const detail::CallDesc& call, std::optional<detail::Clock::time_point> deadline) {
+    RankState& m = me();
+    const std::uint64_t p = ++m.phases;
+    m.phase.store(p, std::memory_order_relaxed);
+    World& w = *world_;
+    const std::uint64_t target = p * w.n;
+    if (w.counter.fetch_add(1, std::memory_order_acq_rel) + 1 >= target) {
+      w.counter.notify_all();
+      return {};
+    }
+    const auto r = detail::wait_until(
+        w.counter, [target](std::uint64_t v) { return v >= target; }, w.aborted, deadline, w.spin);
+    if (r == detail::WaitResult::ready) return {};
+    if (r == detail::WaitResult::aborted) {
+      return tl::unexpected(error(Errc::aborted, call, "the communicator was aborted by another rank's error"));
+    }
+    std::string missing;
+    for (std::size_t q = 0; q < w.n; ++q) {
+      if (peer(q).phase.load(std::memory_order_relaxed) < p) missing += detail::cat(missing.empty() ? "" : ", ", q);
+    }
+    const std::string what = detail::cat("timed out after ", w.options.op_timeout->count(), " ms waiting for rank(s) ",
+                                         missing, " to arrive; pending: ", pending_text(&call),
+                                         "; the communicator is aborted");
+    w.abort();
+    return tl::unexpected(error(Errc::timeout, call, what));
+  }
+
+  std::optional<detail::Clock::time_point> deadline() const { return detail::deadline_after(world_->options.op_timeout); }
+
+  // Large-path slice [lo, hi) of `count` elements of size `elem` owned by rank q.
+  std::pair<std::size_t, std::size_t> slice(std::size_t count, std::size_t elem, std::size_t q) const noexcept {
+    const std::size_t n = world_->n;
+    const std::size_t unit = std::max<std::size_t>(1, detail::threads::slice_align / elem);
+    const std::size_t units = (count + unit - 1) / unit;
+    auto edge = [&](std::size_t r) { return std::min(count, (units * r / n) * unit); };
+    return {edge(q), edge(q + 1)};
+  }
+
+  // ------------------------------------------------------------ collectives
+
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count) {
+    auto c = begin(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    const std::size_t n = world_->n;
+    const std::size_t bytes = count * sizeof(T);
+    if (n == 1) {
+      return {};  // avg over one rank divides by 1
+    }
+    if (bytes <= detail::threads::small_bytes) {
+      RankState& m = me();
+      const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
+      std::memcpy(m.scratch[parity], buf, bytes);
+      if (auto s = phase(c->call, dl); !s) return s;
+      detail::threads::Sources<T> src(n);
+      for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(peer(q).scratch[parity]);
+      kernels::combine_n(d, o, buf, src.data(), n, count, n);
+      return {};
+    }
+    RankState& m = me();
+    m.recv = buf;
+    if (auto s = phase(c->call, dl); !s) return s;
+    reduce_own_slice(d, o, buf, count, [&](std::size_t q) { return static_cast<const T*>(peer(q).recv); });
+    if (auto s = phase(c->call, dl); !s) return s;
+    for (std::size_t q = 0; q < n; ++q) {
+      if (q == rank_) continue;
+      const auto [lo, hi] = slice(count, sizeof(T), q);
+      if (hi > lo) std::memcpy(buf + lo, static_cast<const T*>(peer(q).recv) + lo, (hi - lo) * sizeof(T));
+    }
+    return phase(c->call, dl);
+  }
+
+  template <DType D, ReduceOp Op, class T>
+  Status reduce_scatter_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count) {
+    auto c = begin(detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    const std::size_t n = world_->n;
+    if (n == 1) {
+      if (count != 0 && static_cast<const void*>(send) != static_cast<const void*>(recv)) {
+        std::memmove(recv, send, count * sizeof(T));
+      }
+      return {};
+    }
+    const std::size_t bytes = n * count * sizeof(T);
+    detail::threads::Sources<T> src(n);
+    RankState& m = me();
+    if (bytes <= detail::threads::small_bytes) {
+      const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
+      std::memcpy(m.scratch[parity], send, bytes);
+      if (auto s = phase(c->call, dl); !s) return s;
+      for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(peer(q).scratch[parity]) + rank_ * count;
+      kernels::combine_n(d, o, recv, src.data(), n, count, n);
+      return {};
+    }
+    m.send = send;
+    if (auto s = phase(c->call, dl); !s) return s;
+    // Own contribution first, so that an in-place recv (= send + rank*count) is source 0.
+    src[0] = send + rank_ * count;
+    for (std::size_t q = 0, j = 1; q < n; ++q) {
+      if (q != rank_) src[j++] = static_cast<const T*>(peer(q).send) + rank_ * count;
+    }
+    kernels::combine_n(d, o, recv, src.data(), n, count, n);  // an in-place recv is exactly src[0]
+    return phase(c->call, dl);
+  }
+
+  template <DType D, class T>
+  Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
+    auto c = begin(detail::CallDesc::rooted(detail::Call::broadcast, count, D, root));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    if (world_->n == 1) return {};
+    const std::size_t bytes = count * sizeof(T);
+    RankState& m = me();
+    if (bytes <= detail::threads::small_bytes) {
+      const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
+      if (rank_ == root) std::memcpy(m.scratch[parity], buf, bytes);
+      if (auto s = phase(c->call, dl); !s) return s;
+      if (rank_ != root) std::memcpy(buf, peer(root).scratch[parity], bytes);
+      return {};
+    }
+    m.recv = buf;
+    if (auto s = phase(c->call, dl); !s) return s;
+    if (rank_ != root) std::memcpy(buf, peer(root).recv, bytes);
+    return phase(c->call, dl);
+  }
+
+  template <DType D, class T>
+  Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+    auto c = begin(detail::CallDesc::movement(detail::Call::all_gather, count, D));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    const std::size_t n = world_->n;
+    const std::size_t bytes = count * sizeof(T);
+    RankState& m = me();
+    T* mine = recv + rank_ * count;
+    if (bytes != 0 && static_cast<const void*>(send) != static_cast<const void*>(mine)) {
+      std::memmove(mine, send, bytes);
+    }
+    if (n == 1) return {};
+    if (bytes <= detail::threads::small_bytes) {
+      const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
+      std::memcpy(m.scratch[parity], mine, bytes);
+      if (auto s = phase(c->call, dl); !s) return s;
+      for (std::size_t q = 0; q < n; ++q) {
+        if (q != rank_) std::memcpy(recv + q * count, peer(q).scratch[parity], bytes);
+      }
+      return {};
+    }
+    m.send = mine;
+    if (auto s = phase(c->call, dl); !s) return s;
+    for (std::size_t q = 0; q < n; ++q) {
+      if (q != rank_) std::memcpy(recv + q * count, peer(q).send, bytes);
+    }
+    return phase(c->call, dl);
+  }
+
+  // Reduces this rank's slice of the in-place all_reduce: own buffer first (it is the destination).
+  template <DType D, ReduceOp Op, class T, class PeerBuf>
+  void reduce_own_slice(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count, PeerBuf peer_buf) {
+    const std::size_t n = world_->n;
+    const auto [lo, hi] = slice(count, sizeof(T), rank_);
+    if (hi <= lo) return;
+    detail::threads::Sources<T> src(n);
+    src[0] = buf + lo;
+    for (std::size_t q = 0, j = 1; q < n; ++q) {
+      if (q != rank_) src[j++] = peer_buf(q) + lo;
+    }
+    kernels::combine_n(d, o, buf + lo, src.data(), n, hi - lo, n);
+  }
+
+  // ------------------------------------------------------------ point to point
+
+  template <DType D, class T>
+  Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
+    const auto call = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
+    if (!world_) return tl::unexpected(moved_from(call));
+    if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
+    RankState& m = me();
+    RankState& box = peer(dest);
+    m.p2p_pending.fetch_add(1, std::memory_order_relaxed);
+    std::unique_lock lock(box.mailbox);
+    auto it = std::find_if(box.recvs.begin(), box.recvs.end(), [&](const detail::threads::PendingRecv& r) {
+      return r.call.peer == rank_ && r.call.tag == tag;
+    });
+    if (it == box.recvs.end()) {
+      box.sends.push_back({ptr, count * sizeof(T), rank_, call});
+      return {};
+    }
+    const detail::threads::PendingRecv r = *it;
+    box.recvs.erase(it);
+    lock.unlock();
+    deliver({ptr, count * sizeof(T), rank_, call}, r, dest);
+    return {};
+  }
+
+  template <DType D, class T>
+  Status recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
+    const auto call = detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag);
+    if (!world_) return tl::unexpected(moved_from(call));
+    if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
+    RankState& m = me();
+    m.p2p_pending.fetch_add(1, std::memory_order_relaxed);
+    std::unique_lock lock(m.mailbox);
+    auto it = std::find_if(m.sends.begin(), m.sends.end(), [&](const detail::threads::PendingSend& s) {
+      return s.src == src && s.call.tag == tag;
+    });
+    if (it == m.sends.end()) {
+      m.recvs.push_back({ptr, count * sizeof(T), call});
+      return {};
+    }
+    const detail::threads::PendingSend s = *it;
+    m.sends.erase(it);
+    lock.unlock();
+    deliver(s, {ptr, count * sizeof(T), call}, rank_);
+    return {};
+  }
+
+  // Copies a matched pair and completes both sides. Runs on whichever thread
+  // posted the second half of the pair.
+  void deliver(const detail::threads::PendingSend& s, const detail::threads::PendingRecv& r, std::size_t receiver) {
+    RankState& rx = peer(receiver);
+    std::optional<Error> err;
+    if (s.call.dtype != r.call.dtype) {
+      err = detail::call_error(Errc::mismatch, r.call, receiver, world_->n, backend_name,
+                               detail::cat("matched ", detail::describe(s.call), " from rank ", s.src,
+                                           ", which sends another dtype"));
+    } else if (s.bytes > r.bytes) {
+      err = detail::call_error(Errc::truncated, r.call, receiver, world_->n, backend_name,
+                               detail::cat("message truncated: rank ", s.src, " sent ", s.call.count,
+                                           " elements with tag ", s.call.tag, ", recv posted for ", r.call.count));
+    } else if (s.bytes != 0) {
+      std::memcpy(r.ptr, s.ptr, s.bytes);
+    }
+    if (err) {
+      std::lock_guard g(rx.error_mutex);
+      if (!rx.p2p_error) rx.p2p_error = std::move(err);
+    }
+    complete(peer(s.src));
+    complete(rx);
+  }
+
+  static void complete(RankState& r) noexcept {
+    r.p2p_pending.fetch_sub(1, std::memory_order_acq_rel);
+    r.p2p_pending.notify_all();
+  }
+
+  Status sync_impl() {
+    const auto call = detail::CallDesc::plain(detail::Call::sync);
+    if (!world_) return tl::unexpected(moved_from(call));
+    World& w = *world_;
+    RankState& m = me();
+    const auto r = detail::wait_until(
+        m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, deadline(), w.spin);
+    if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
+    if (r == detail::WaitResult::timeout) {
+      const std::string what = detail::cat("timed out after ", w.options.op_timeout->count(), " ms; pending: ",
+                                           pending_text(nullptr), "; the communicator is aborted");
+      w.abort();
+      return tl::unexpected(error(Errc::timeout, call, what));
+    }
+    std::lock_guard g(m.error_mutex);
+    if (m.p2p_error) {
+      Error e = std::move(*m.p2p_error);
+      m.p2p_error.reset();
+      return tl::unexpected(std::move(e));
+    }
+    return {};
+  }
+
+  Status barrier_impl() {
+    if (auto s = sync_impl(); !s) return s;
+    auto c = begin(detail::CallDesc::plain(detail::Call::barrier));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    return phase(c->call, deadline());
+  }
+
+  // ------------------------------------------------------------ split
+
+  Result<std::optional<Threads>> split_impl(std::uint32_t color, std::uint32_t key) {
+    auto c = begin(detail::CallDesc::plain(detail::Call::split));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    RankState& m = me();
+    m.color = color;
+    m.key = key;
+    m.split_result.reset();
+    if (auto s = phase(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
+    // Members of my color ordered by (key, old rank); the first creates the world.
+    std::vector<std::size_t> members;
+    if (color != no_color) {
+      for (std::size_t q = 0; q < world_->n; ++q) {
+        if (peer(q).color == color) members.push_back(q);
+      }
+      std::stable_sort(members.begin(), members.end(),
+                       [&](std::size_t a, std::size_t b) { return peer(a).key < peer(b).key; });
+      if (members.front() == rank_) {
+        try {
+          m.split_result = std::make_shared<World>(members.size(), world_->options);
+        } catch (const std::bad_alloc&) {
+          m.split_result.reset();
+        }
+      }
+    }
+    if (auto s = phase(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
+    std::shared_ptr<World> sub;
+    std::size_t sub_rank = 0;
+    if (color != no_color) {
+      sub = peer(members.front()).split_result;
+      sub_rank = static_cast<std::size_t>(std::find(members.begin(), members.end(), rank_) - members.begin());
+    }
+    // Nobody may leave before every member copied the leader's pointer.
+    if (auto s = phase(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
+    m.split_result.reset();
+    if (color == no_color) return std::optional<Threads>{};
+    if (!sub) return tl::unexpected(error(Errc::backend_failure, c->call, "out of memory creating the sub-communicator"));
+    return std::optional<Threads>{Threads(std::move(sub), sub_rank)};
+  }
+
+  // ------------------------------------------------------------ diagnostics and teardown
+
+  // "#4 all_reduce(...), #2 recv(...)": the collective in progress and this rank's unmatched p2p.
+  std::string pending_text(const detail::CallDesc* collective) const {
+    std::string s;
+    auto add = [&](const detail::CallDesc& c) {
+      if (!s.empty()) s += ", ";
+      s += detail::describe(c);
+    };
+    if (collective) add(*collective);
+    for (std::size_t q = 0; q < world_->n; ++q) {
+      RankState& box = peer(q);
+      std::lock_guard lock(box.mailbox);
+      for (const auto& snd : box.sends) {
+        if (snd.src == rank_) add(snd.call);
+      }
+      if (q == rank_) {
+        for (const auto& rcv : box.recvs) add(rcv.call);
+      }
+    }
+    return s.empty() ? "none" : s;
+  }
+
+  // Removes this rank's unmatched operations from every mailbox; returns how many.
+  std::size_t cancel_unmatched(std::string& names) noexcept {
+    std::size_t removed = 0;
+    for (std::size_t q = 0; q < world_->n; ++q) {
+      RankState& box = peer(q);
+      std::lock_guard lock(box.mailbox);
+      auto mine = [&](const detail::threads::PendingSend& snd) { return snd.src == rank_; };
+      for (const auto& snd : box.sends) {
+        if (mine(snd)) names += detail::cat(names.empty() ? "" : ", ", detail::describe(snd.call));
+      }
+      const auto before = box.sends.size();
+      std::erase_if(box.sends, mine);
+      removed += before - box.sends.size();
+      if (q == rank_) {
+        for (const auto& rcv : box.recvs) names += detail::cat(names.empty() ? "" : ", ", detail::describe(rcv.call));
+        removed += box.recvs.size();
+        box.recvs.clear();
+      }
+    }
+    return removed;
+  }
+
+  // The drop contract: wait at most drop_timeout for pending point-to-point
+  // work, then log and withdraw it so no peer touches this rank's buffers.
+  void release() noexcept {
+    if (!world_) return;
+    try {
+      World& w = *world_;
+      RankState& m = me();
+      if (!w.aborted.load(std::memory_order_acquire) && m.p2p_pending.load(std::memory_order_acquire) != 0) {
+        const auto dl = detail::Clock::now() + w.options.drop_timeout;
+        const auto r = detail::wait_until(
+            m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, dl, w.spin);
+        if (r != detail::WaitResult::ready) {
+          std::string names;
+          const std::size_t removed = cancel_unmatched(names);
+          m.p2p_pending.fetch_sub(static_cast<std::uint32_t>(removed), std::memory_order_acq_rel);
+          // What remains was matched and is being copied right now: that ends shortly.
+          (void)detail::wait_until(
+              m.p2p_pending, [](std::uint32_t v) { return v == 0 || v >= (1u << 30); }, w.aborted,
+              detail::Clock::now() + std::chrono::milliseconds(100), w.spin);
+          log(LogLevel::warning, detail::cat("Threads communicator (rank ", rank_, " of ", w.n, ") destroyed with ",
+                                             removed, " unmatched operation(s) after waiting ",
+                                             w.options.drop_timeout.count(), " ms; dropped: ", names));
+        }
+      } else if (w.aborted.load(std::memory_order_acquire)) {
+        std::string names;
+        (void)cancel_unmatched(names);
+      }
+    } catch (...) {
+      // Only message formatting can throw (bad_alloc); the contract is to never throw.
+    }
+    world_.reset();
+  }
+
+  Error moved_from(const detail::CallDesc& call) const {
+    return detail::call_error(Errc::invalid_argument, call, 0, 0, backend_name, "moved-from communicator");
+  }
+  Error aborted_error(const detail::CallDesc& call) const {
+    return error(Errc::aborted, call, "the communicator was aborted after an earlier error");
+  }
+
+  std::shared_ptr<World> world_;
+  std::size_t rank_ = 0;
+};
+
+}  // namespace polycoll
