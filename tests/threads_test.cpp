@@ -251,6 +251,39 @@ TEST_CASE("8 ranks on 2 cores make progress", "[threads][oversubscribed]") {
   WARN("8 ranks x 2000 all_reduce(4 x f64): " << ms_since(t0) << " ms");
 }
 
+TEST_CASE("consistency check: mismatched calls are Errc::mismatch on every rank", "[threads][check]") {
+  Options o;
+  o.check_consistency = true;
+  auto comms = make(2, o);
+  std::array<Status, 2> res;
+  std::thread t([&] {
+    std::vector<float> v(5);
+    res[1] = comms[1].all_reduce(std::span<float>(v), polycoll::max);
+  });
+  std::vector<float> v(4);
+  res[0] = comms[0].all_reduce(std::span<float>(v), polycoll::sum);
+  t.join();
+  for (std::size_t r = 0; r < 2; ++r) {
+    REQUIRE_FALSE(res[r]);
+    CHECK(res[r].error().code == Errc::mismatch);
+    INFO(res[r].error().message);
+    CHECK(res[r].error().message.find("consistency check failed") != std::string::npos);
+  }
+  CHECK(res[0].error().message.find("rank 1 called #1 all_reduce(count=5, dtype=f32, op=max)") != std::string::npos);
+  CHECK(res[1].error().message.find("rank 0 called #1 all_reduce(count=4, dtype=f32, op=sum)") != std::string::npos);
+  // Matching calls still work afterwards.
+  std::thread t2([&] {
+    std::vector<float> w(3, 1.0f);
+    res[1] = comms[1].all_reduce(std::span<float>(w), polycoll::sum);
+  });
+  std::vector<float> w(3, 2.0f);
+  res[0] = comms[0].all_reduce(std::span<float>(w), polycoll::sum);
+  t2.join();
+  CHECK(res[0]);
+  CHECK(res[1]);
+  CHECK(w[0] == 3.0f);
+}
+
 TEST_CASE("Threads through AnyCommunicator", "[threads][any]") {
   auto comms = make(2);
   std::vector<AnyCommunicator> any;

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -86,7 +87,7 @@ struct alignas(64) RankState {
   std::uint32_t key = 0;
   std::shared_ptr<World> split_result;
   std::byte* scratch[2] = {nullptr, nullptr};
-  CallDesc current{};                     // the collective this rank is in (diagnostics)
+  CallDesc current[2] = {};               // the collective in progress, by call parity (checks)
   std::atomic<std::uint64_t> phase{0};    // phases this rank has entered (diagnostics)
 
   // Owned by this rank's submitting thread (under `submit`).
@@ -103,9 +104,15 @@ struct alignas(64) RankState {
   std::optional<Error> p2p_error;
 };
 
+inline bool check_from_environment() noexcept {
+  const char* v = std::getenv("POLYCOLL_CHECK");
+  return v != nullptr && v[0] == '1' && v[1] == '\0';
+}
+
 struct World {
   std::size_t n;
   Options options;
+  bool check;  // Options::check_consistency or POLYCOLL_CHECK=1
   unsigned spin;
   alignas(64) std::atomic<std::uint64_t> counter{0};
   std::atomic<bool> aborted{false};
@@ -115,6 +122,7 @@ struct World {
   World(std::size_t size, Options opt)
       : n(size),
         options(opt),
+        check(opt.check_consistency || check_from_environment()),
         spin(size <= std::max(1u, std::thread::hardware_concurrency()) ? 20000u : 200u),
         ranks(new RankState[size]),
         scratch(new std::byte[size * 2 * small_bytes]) {
@@ -222,7 +230,7 @@ class Threads : public Communicator<Threads> {
       return tl::unexpected(error(Errc::aborted, call, "the communicator was aborted after an earlier error"));
     }
     call.seq = ++m.seq;
-    m.current = call;
+    m.current[call.seq & 1] = call;
     return Collective{std::move(lock), call};
   }
 
@@ -254,6 +262,25 @@ class Threads : public Communicator<Threads> {
     return tl::unexpected(error(Errc::timeout, call, what));
   }
 
+  // The first phase of a call. With the consistency check on, every rank then
+  // compares the fingerprints (call, count, dtype, op, root, sequence number)
+  // that all ranks published, so a mismatch is Errc::mismatch on every rank
+  // instead of a hang or corrupted data. Fingerprints are double-buffered by
+  // call parity, like the scratch slots.
+  Status arrive(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
+    if (auto s = phase(call, dl); !s) return s;
+    if (!world_->check) return {};
+    std::string diff;
+    for (std::size_t q = 0; q < world_->n; ++q) {
+      const detail::CallDesc& other = peer(q).current[call.seq & 1];
+      if (!detail::same_collective(other, call)) {
+        diff += detail::cat(diff.empty() ? "" : "; ", "rank ", q, " called ", detail::describe(other));
+      }
+    }
+    if (diff.empty()) return {};
+    return tl::unexpected(error(Errc::mismatch, call, detail::cat("consistency check failed: ", diff)));
+  }
+
   std::optional<detail::Clock::time_point> deadline() const { return detail::deadline_after(world_->options.op_timeout); }
 
   // Large-path slice [lo, hi) of `count` elements of size `elem` owned by rank q.
@@ -281,7 +308,7 @@ class Threads : public Communicator<Threads> {
       RankState& m = me();
       const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
       std::memcpy(m.scratch[parity], buf, bytes);
-      if (auto s = phase(c->call, dl); !s) return s;
+      if (auto s = arrive(c->call, dl); !s) return s;
       detail::threads::Sources<T> src(n);
       for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(peer(q).scratch[parity]);
       kernels::combine_n(d, o, buf, src.data(), n, count, n);
@@ -289,7 +316,7 @@ class Threads : public Communicator<Threads> {
     }
     RankState& m = me();
     m.recv = buf;
-    if (auto s = phase(c->call, dl); !s) return s;
+    if (auto s = arrive(c->call, dl); !s) return s;
     reduce_own_slice(d, o, buf, count, [&](std::size_t q) { return static_cast<const T*>(peer(q).recv); });
     if (auto s = phase(c->call, dl); !s) return s;
     for (std::size_t q = 0; q < n; ++q) {
@@ -318,13 +345,13 @@ class Threads : public Communicator<Threads> {
     if (bytes <= detail::threads::small_bytes) {
       const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
       std::memcpy(m.scratch[parity], send, bytes);
-      if (auto s = phase(c->call, dl); !s) return s;
+      if (auto s = arrive(c->call, dl); !s) return s;
       for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(peer(q).scratch[parity]) + rank_ * count;
       kernels::combine_n(d, o, recv, src.data(), n, count, n);
       return {};
     }
     m.send = send;
-    if (auto s = phase(c->call, dl); !s) return s;
+    if (auto s = arrive(c->call, dl); !s) return s;
     // Own contribution first, so that an in-place recv (= send + rank*count) is source 0.
     src[0] = send + rank_ * count;
     for (std::size_t q = 0, j = 1; q < n; ++q) {
@@ -345,12 +372,12 @@ class Threads : public Communicator<Threads> {
     if (bytes <= detail::threads::small_bytes) {
       const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
       if (rank_ == root) std::memcpy(m.scratch[parity], buf, bytes);
-      if (auto s = phase(c->call, dl); !s) return s;
+      if (auto s = arrive(c->call, dl); !s) return s;
       if (rank_ != root) std::memcpy(buf, peer(root).scratch[parity], bytes);
       return {};
     }
     m.recv = buf;
-    if (auto s = phase(c->call, dl); !s) return s;
+    if (auto s = arrive(c->call, dl); !s) return s;
     if (rank_ != root) std::memcpy(buf, peer(root).recv, bytes);
     return phase(c->call, dl);
   }
@@ -371,14 +398,14 @@ class Threads : public Communicator<Threads> {
     if (bytes <= detail::threads::small_bytes) {
       const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
       std::memcpy(m.scratch[parity], mine, bytes);
-      if (auto s = phase(c->call, dl); !s) return s;
+      if (auto s = arrive(c->call, dl); !s) return s;
       for (std::size_t q = 0; q < n; ++q) {
         if (q != rank_) std::memcpy(recv + q * count, peer(q).scratch[parity], bytes);
       }
       return {};
     }
     m.send = mine;
-    if (auto s = phase(c->call, dl); !s) return s;
+    if (auto s = arrive(c->call, dl); !s) return s;
     for (std::size_t q = 0; q < n; ++q) {
       if (q != rank_) std::memcpy(recv + q * count, peer(q).send, bytes);
     }
@@ -502,7 +529,7 @@ class Threads : public Communicator<Threads> {
     if (auto s = sync_impl(); !s) return s;
     auto c = begin(detail::CallDesc::plain(detail::Call::barrier));
     if (!c) return tl::unexpected(std::move(c.error()));
-    return phase(c->call, deadline());
+    return arrive(c->call, deadline());
   }
 
   // ------------------------------------------------------------ split
@@ -515,7 +542,7 @@ class Threads : public Communicator<Threads> {
     m.color = color;
     m.key = key;
     m.split_result.reset();
-    if (auto s = phase(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
+    if (auto s = arrive(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
     // Members of my color ordered by (key, old rank); the first creates the world.
     std::vector<std::size_t> members;
     if (color != no_color) {

@@ -66,6 +66,13 @@ struct CallDesc {
   }
 };
 
+/// True when two ranks' descriptions name the same collective call (the
+/// consistency-check fingerprint: call, count, dtype, op, root, sequence number).
+constexpr bool same_collective(const CallDesc& a, const CallDesc& b) noexcept {
+  return a.call == b.call && a.count == b.count && a.has_dtype == b.has_dtype && (!a.has_dtype || a.dtype == b.dtype) &&
+         a.has_op == b.has_op && (!a.has_op || a.op == b.op) && a.root == b.root && a.seq == b.seq;
+}
+
 inline std::string dtype_text(DType d) {
   return is_known(d) ? std::string(name(d)) : cat("<invalid ", static_cast<unsigned>(static_cast<std::uint8_t>(d)), '>');
 }
