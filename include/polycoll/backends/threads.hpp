@@ -64,6 +64,11 @@ struct PendingRecv {
 
 struct World;
 
+// memcpy, except that an empty copy may have null pointers (memcpy's may not).
+inline void copy(void* dst, const void* src, std::size_t bytes) noexcept {
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+}
+
 // The n source pointers of one reduction: inline for the usual world sizes.
 template <class T>
 class Sources {
@@ -307,7 +312,7 @@ class Threads : public Communicator<Threads> {
     if (bytes <= detail::threads::small_bytes) {
       RankState& m = me();
       const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
-      std::memcpy(m.scratch[parity], buf, bytes);
+      detail::threads::copy(m.scratch[parity], buf, bytes);
       if (auto s = arrive(c->call, dl); !s) return s;
       detail::threads::Sources<T> src(n);
       for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(peer(q).scratch[parity]);
@@ -322,7 +327,7 @@ class Threads : public Communicator<Threads> {
     for (std::size_t q = 0; q < n; ++q) {
       if (q == rank_) continue;
       const auto [lo, hi] = slice(count, sizeof(T), q);
-      if (hi > lo) std::memcpy(buf + lo, static_cast<const T*>(peer(q).recv) + lo, (hi - lo) * sizeof(T));
+      if (hi > lo) detail::threads::copy(buf + lo, static_cast<const T*>(peer(q).recv) + lo, (hi - lo) * sizeof(T));
     }
     return phase(c->call, dl);
   }
@@ -344,7 +349,7 @@ class Threads : public Communicator<Threads> {
     RankState& m = me();
     if (bytes <= detail::threads::small_bytes) {
       const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
-      std::memcpy(m.scratch[parity], send, bytes);
+      detail::threads::copy(m.scratch[parity], send, bytes);
       if (auto s = arrive(c->call, dl); !s) return s;
       for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(peer(q).scratch[parity]) + rank_ * count;
       kernels::combine_n(d, o, recv, src.data(), n, count, n);
@@ -371,14 +376,14 @@ class Threads : public Communicator<Threads> {
     RankState& m = me();
     if (bytes <= detail::threads::small_bytes) {
       const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
-      if (rank_ == root) std::memcpy(m.scratch[parity], buf, bytes);
+      if (rank_ == root) detail::threads::copy(m.scratch[parity], buf, bytes);
       if (auto s = arrive(c->call, dl); !s) return s;
-      if (rank_ != root) std::memcpy(buf, peer(root).scratch[parity], bytes);
+      if (rank_ != root) detail::threads::copy(buf, peer(root).scratch[parity], bytes);
       return {};
     }
     m.recv = buf;
     if (auto s = arrive(c->call, dl); !s) return s;
-    if (rank_ != root) std::memcpy(buf, peer(root).recv, bytes);
+    if (rank_ != root) detail::threads::copy(buf, peer(root).recv, bytes);
     return phase(c->call, dl);
   }
 
@@ -397,17 +402,17 @@ class Threads : public Communicator<Threads> {
     if (n == 1) return {};
     if (bytes <= detail::threads::small_bytes) {
       const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
-      std::memcpy(m.scratch[parity], mine, bytes);
+      detail::threads::copy(m.scratch[parity], mine, bytes);
       if (auto s = arrive(c->call, dl); !s) return s;
       for (std::size_t q = 0; q < n; ++q) {
-        if (q != rank_) std::memcpy(recv + q * count, peer(q).scratch[parity], bytes);
+        if (q != rank_) detail::threads::copy(recv + q * count, peer(q).scratch[parity], bytes);
       }
       return {};
     }
     m.send = mine;
     if (auto s = arrive(c->call, dl); !s) return s;
     for (std::size_t q = 0; q < n; ++q) {
-      if (q != rank_) std::memcpy(recv + q * count, peer(q).send, bytes);
+      if (q != rank_) detail::threads::copy(recv + q * count, peer(q).send, bytes);
     }
     return phase(c->call, dl);
   }
@@ -487,7 +492,7 @@ class Threads : public Communicator<Threads> {
                                detail::cat("message truncated: rank ", s.src, " sent ", s.call.count,
                                            " elements with tag ", s.call.tag, ", recv posted for ", r.call.count));
     } else if (s.bytes != 0) {
-      std::memcpy(r.ptr, s.ptr, s.bytes);
+      detail::threads::copy(r.ptr, s.ptr, s.bytes);
     }
     if (err) {
       std::lock_guard g(rx.error_mutex);

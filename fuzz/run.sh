@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer target with clang (ASan + UBSan) and runs it for a
+# bounded time on a copy of the corpus kept in fuzz/corpus.
+# usage: run.sh SOURCE_ROOT BUILD_INCLUDE_DIR WORKDIR [seconds]
+set -euo pipefail
+src=$1 build_inc=$2 work=$3 seconds=${4:-${POLYCOLL_FUZZ_SECONDS:-60}}
+mkdir -p "$work"
+exe=$work/fuzz_any
+clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed \
+  -I"$src/include" -I"$build_inc" "$src/fuzz/fuzz_any.cpp" -o "$exe" -pthread
+rm -rf "$work/corpus"
+cp -r "$src/fuzz/corpus" "$work/corpus"
+cd "$work"
+"$exe" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 corpus 2>&1 | tail -n 25
