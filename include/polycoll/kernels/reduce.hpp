@@ -15,6 +15,8 @@
 ///   and torch.minimum, unlike std::fmin, which drops the NaN: a reduction that
 ///   silently hides a NaN produced on one rank is the worse surprise. Which NaN
 ///   payload survives is unspecified, and so is the order of -0.0 and +0.0.
+///   (-ffinite-math-only, part of -ffast-math, lets the compiler drop the NaN
+///   tests; the guarantee holds for standard floating-point flags only.)
 /// - f16, bf16, f8e4m3, f8e5m2: each operand is converted to float, the op is
 ///   applied in float, and the result is rounded back to the storage type once
 ///   per binary step (as CUDA's __hadd etc. do). Min/Max as for f32.
@@ -32,6 +34,7 @@
 /// combine calls (and a divide for Avg). As with any C++ code, building with
 /// -ffp-contract=fast on FMA hardware lets the compiler fuse complex products.
 
+#include <bit>
 #include <complex>
 #include <cstddef>
 #include <cstdint>
@@ -45,11 +48,15 @@
 // Tells the vectoriser that the iterations of the next loop are independent.
 // Every loop below writes out[i] only after reading element i of each input,
 // so the one aliasing the contract allows (the output IS an input, exactly)
-// carries no dependence between iterations. Without the hint GCC guards each
-// vector loop with a run-time overlap test, which is extra code on every call
-// and, for short distances, a fall back to the scalar loop. Local to this file.
+// carries no dependence between iterations. Without the hint GCC must guard
+// each vector loop with a run-time overlap test, and at -O2 (GCC 12's
+// "very cheap" cost model, which refuses such versioning) it does not
+// vectorise at all. Local to this file.
+// Clang gets nothing: its equivalent (`clang loop vectorize(assume_safety)`)
+// also demands vectorisation and warns (-Wpass-failed) wherever that fails, as
+// it must for the narrow formats; clang's own alias checks cost little.
 #if defined(__clang__)
-#define POLYCOLL_DETAIL_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#define POLYCOLL_DETAIL_IVDEP
 #elif defined(__GNUC__)
 #define POLYCOLL_DETAIL_IVDEP _Pragma("GCC ivdep")
 #else
@@ -119,6 +126,9 @@ struct narrow_float_unit {
   using lane = T;
   using divisor_type = float;
   static constexpr std::size_t lanes_per_element = 1;
+  static_assert(std::is_trivially_copyable_v<T> && (sizeof(T) == 1 || sizeof(T) == 2),
+                "polycoll::kernels: a narrow float is a 1- or 2-byte trivially copyable storage type");
+  using raw = std::conditional_t<sizeof(T) == 1, std::uint8_t, std::uint16_t>;
 
   static lane apply(lane a, lane b) noexcept {
     const float x = static_cast<float>(a);
@@ -127,13 +137,14 @@ struct narrow_float_unit {
       return T(x + y);
     } else if constexpr (Op == ReduceOp::Prod) {
       return T(x * y);
-    } else if constexpr (Op == ReduceOp::Min) {
-      // The result is one of the operands, which is exactly representable, so
-      // rounding it back would be the identity: select the storage value and
-      // save the float -> T conversion.
-      return y != y ? b : (y < x ? b : a);
     } else {
-      return y != y ? b : (x < y ? b : a);
+      // The result is one of the operands, which is exactly representable, so
+      // rounding it back would be the identity: select the operand instead and
+      // save the float -> T conversion. The select moves raw bytes, because
+      // GCC vectorises an integer blend but not a choice between two structs.
+      const bool take_b = (y != y) | (Op == ReduceOp::Min ? y < x : x < y);
+      const raw r = take_b ? std::bit_cast<raw>(b) : std::bit_cast<raw>(a);
+      return std::bit_cast<T>(r);
     }
   }
   static divisor_type make_divisor(std::size_t d) noexcept { return static_cast<float>(d); }
@@ -246,14 +257,16 @@ auto* as_lanes(T* p) noexcept {
 template <class Lane, class Body>
 void chunked(std::size_t m, Body body) noexcept {
   constexpr std::size_t w = chunk_bytes / sizeof(Lane) > 0 ? chunk_bytes / sizeof(Lane) : 1;
-  std::size_t i = 0;
-  for (; m - i >= w; i += w) {
-    // j counts from 0, not from i: `j < i + w` could wrap, so GCC could not
-    // prove the trip count is w and would not vectorise at -O2.
+  const std::size_t full = m - m % w;
+  for (std::size_t i = 0; i < full; i += w) {
+    // j counts from 0 to the constant w, not from i to i + w: `i + w` could
+    // wrap, so GCC could not prove the trip count and would not vectorise at -O2.
     POLYCOLL_DETAIL_IVDEP
     for (std::size_t j = 0; j < w; ++j) body(i + j);
   }
-  for (; i < m; ++i) body(i);
+  // The tail has fewer than w iterations, and says so: a plain `i < m` tail
+  // leaves GCC unable to bound it (and, at -O3 with a constant m, to warn).
+  for (std::size_t j = 0; j < m % w; ++j) body(full + j);
 }
 
 template <class U>
