@@ -8,10 +8,28 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
+
+namespace {
+std::atomic<std::size_t> g_allocations{0};
+}  // namespace
+
+// GCC cannot see that these replacements pair malloc with free throughout.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+// Counts heap allocations so a test can show that the collectives' hot path makes none.
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -301,6 +319,58 @@ TEST_CASE("Threads through AnyCommunicator", "[threads][any]") {
   CHECK(bufs[1][0] == 2.0f);
   CHECK(any[0].backend_name() == "threads");
   CHECK(any[1].target<Threads>() != nullptr);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_CASE("no allocation on the hot path: every collective, both paths, and p2p", "[threads][memory]") {
+  {  // the counter sees allocations
+    const std::size_t before = g_allocations.load();
+    auto probe = std::make_unique<std::vector<int>>(8);
+    CHECK(g_allocations.load() >= before + 2);
+  }
+  for (const std::size_t n : {2u, 3u, 4u}) {
+    auto comms = make(n);
+    constexpr std::size_t big = 1 << 16;  // 256 KiB of f32 per rank: the large path
+    std::vector<std::vector<float>> a(n, std::vector<float>(big * n)), b(n, std::vector<float>(big * n));
+    std::atomic<std::size_t> during{0};
+    std::atomic<int> failed{0};
+    std::vector<std::thread> ts;
+    std::atomic<std::size_t> ready{0};
+    for (std::size_t r = 0; r < n; ++r) {
+      ts.emplace_back([&, r] {
+        auto& c = comms[r];
+        float* x = a[r].data();
+        float* y = b[r].data();
+        auto round = [&] {
+          for (const std::size_t count : {std::size_t{2}, std::size_t{1000}, big}) {
+            if (!c.all_reduce(std::span<float>(x, count), polycoll::sum)) ++failed;
+            if (!c.broadcast(std::span<float>(x, count), n - 1)) ++failed;
+            if (!c.all_gather(std::span<const float>(x, count), std::span<float>(y, count * n))) ++failed;
+            if (!c.reduce_scatter(std::span<const float>(y, count * n), std::span<float>(x, count), polycoll::max))
+              ++failed;
+            if (!c.send(std::span<const float>(x, count), (r + 1) % n, 7)) ++failed;
+            if (!c.recv(std::span<float>(y, count), (r + n - 1) % n, 7)) ++failed;
+            if (!c.sync()) ++failed;
+          }
+          if (!c.barrier()) ++failed;
+        };
+        round();  // warm-up: first use may size the mailboxes
+        ready.fetch_add(1);
+        while (ready.load() < n) std::this_thread::yield();
+        const std::size_t before = g_allocations.load();
+        for (int i = 0; i < 20; ++i) round();
+        if (!c.barrier()) ++failed;
+        during.fetch_add(g_allocations.load() - before);
+      });
+    }
+    for (auto& t : ts) t.join();
+    CHECK(failed == 0);
+    // Every thread measured a window that contains only the ranks' own calls.
+    CHECK(during == 0);
+  }
 }
 
 }  // namespace

@@ -84,20 +84,40 @@ class Sources {
   const T** ptr_;
 };
 
+/// Bytes a latency-path contribution may carry inside an arrival line.
+inline constexpr std::size_t inline_bytes = 56;
+
+/// One cache line a rank writes and its peers read: the number of the phase
+/// this rank arrived at, and up to `inline_bytes` of data for that phase, so
+/// that one line transfer carries both the signal and a small message.
+struct alignas(64) Line {
+  std::atomic<std::uint32_t> phase{0};
+  alignas(8) std::byte data[inline_bytes] = {};
+};
+static_assert(sizeof(Line) == 64);
+
+/// Phase counters wrap; ranks are never more than two phases apart.
+constexpr bool reached(std::uint32_t v, std::uint32_t p) noexcept { return static_cast<std::int32_t>(v - p) >= 0; }
+
 struct alignas(64) RankState {
+  // Arrival lines, by phase parity: phase p is announced in line[p & 1].
+  // A rank can be at most one phase ahead of the slowest peer it waits for,
+  // so line[p & 1] holds p or p - 2, and its data (written before announcing
+  // p) is read by peers before they announce p + 1, hence before this rank
+  // can overwrite it at p + 2.
+  Line line[2];
+
   // Published for the collective in progress; read by peers after a phase.
-  const void* send = nullptr;
+  alignas(64) const void* send = nullptr;
   void* recv = nullptr;
   std::uint32_t color = 0;
   std::uint32_t key = 0;
   std::shared_ptr<World> split_result;
-  std::byte* scratch[2] = {nullptr, nullptr};
-  CallDesc current[2] = {};               // the collective in progress, by call parity (checks)
-  std::atomic<std::uint64_t> phase{0};    // phases this rank has entered (diagnostics)
+  CallDesc current[2] = {};  // the collective in progress, by its first phase's parity (checks)
 
   // Owned by this rank's submitting thread (under `submit`).
   std::mutex submit;
-  std::uint64_t phases = 0;
+  std::uint32_t phases = 0;  // the last phase this rank announced
   std::uint64_t seq = 0;
 
   // Point-to-point: sends addressed to this rank, and recvs it posted, not yet matched.
@@ -119,8 +139,7 @@ struct World {
   Options options;
   bool check;  // Options::check_consistency or POLYCOLL_CHECK=1
   unsigned spin;
-  alignas(64) std::atomic<std::uint64_t> counter{0};
-  std::atomic<bool> aborted{false};
+  alignas(64) std::atomic<bool> aborted{false};
   std::unique_ptr<RankState[]> ranks;
   std::unique_ptr<std::byte[]> scratch;
 
@@ -134,18 +153,25 @@ struct World {
     // Touch the scratch once now: a first touch costs 11-15 us per page later.
     std::memset(scratch.get(), 0, size * 2 * small_bytes);
     for (std::size_t r = 0; r < size; ++r) {
-      ranks[r].scratch[0] = scratch.get() + (2 * r) * small_bytes;
-      ranks[r].scratch[1] = scratch.get() + (2 * r + 1) * small_bytes;
       ranks[r].sends.reserve(16);
       ranks[r].recvs.reserve(16);
     }
   }
 
+  /// Rank r's latency-path scratch for phase parity `parity` (small_bytes).
+  std::byte* scratch_of(std::size_t r, unsigned parity) const noexcept {
+    return scratch.get() + (2 * r + parity) * small_bytes;
+  }
+
   // Everyone waiting anywhere in this world wakes up and returns Errc::aborted.
   void abort() noexcept {
     aborted.store(true, std::memory_order_release);
-    counter.fetch_add(std::uint64_t{1} << 60, std::memory_order_acq_rel);
-    counter.notify_all();
+    for (std::size_t r = 0; r < n; ++r) {
+      for (Line& l : ranks[r].line) {
+        l.phase.fetch_add(1u << 30, std::memory_order_acq_rel);
+        l.phase.notify_all();
+      }
+    }
     for (std::size_t r = 0; r < n; ++r) {
       ranks[r].p2p_pending.fetch_add(1u << 30, std::memory_order_acq_rel);
       ranks[r].p2p_pending.notify_all();
@@ -235,49 +261,69 @@ class Threads : public Communicator<Threads> {
       return tl::unexpected(error(Errc::aborted, call, "the communicator was aborted after an earlier error"));
     }
     call.seq = ++m.seq;
-    m.current[call.seq & 1] = call;
+    m.current[next_parity()] = call;  // read by peers after the call's first phase
     return Collective{std::move(lock), call};
   }
 
-  // Arrive at the next phase and wait until every rank has arrived.
+  // Announces the next phase in this rank's arrival line and waits until every
+  // peer has announced it. Each rank writes only its own line and reads the
+  // others', so no cache line is written by two cores.
   Status phase(const detail::CallDesc& call, std::optional<detail::Clock::time_point> deadline) {
     RankState& m = me();
-    const std::uint64_t p = ++m.phases;
-    m.phase.store(p, std::memory_order_relaxed);
     World& w = *world_;
-    const std::uint64_t target = p * w.n;
-    if (w.counter.fetch_add(1, std::memory_order_acq_rel) + 1 >= target) {
-      w.counter.notify_all();
-      return {};
-    }
-    const auto r = detail::wait_until(
-        w.counter, [target](std::uint64_t v) { return v >= target; }, w.aborted, deadline, w.spin);
-    if (r == detail::WaitResult::ready) return {};
-    if (r == detail::WaitResult::aborted) {
-      return tl::unexpected(error(Errc::aborted, call, "the communicator was aborted by another rank's error"));
-    }
-    std::string missing;
+    const std::uint32_t p = ++m.phases;
+    auto& mine = m.line[p & 1].phase;
+    mine.store(p, std::memory_order_release);
+    mine.notify_all();  // a load of the waiter count unless someone sleeps on it
     for (std::size_t q = 0; q < w.n; ++q) {
-      if (peer(q).phase.load(std::memory_order_relaxed) < p) missing += detail::cat(missing.empty() ? "" : ", ", q);
+      if (q == rank_) continue;
+      const auto r = detail::wait_until(
+          peer(q).line[p & 1].phase, [p](std::uint32_t v) { return detail::threads::reached(v, p); }, w.aborted,
+          deadline, w.spin);
+      if (r == detail::WaitResult::ready) continue;
+      if (r == detail::WaitResult::aborted) {
+        return tl::unexpected(error(Errc::aborted, call, "the communicator was aborted by another rank's error"));
+      }
+      std::string missing;
+      for (std::size_t k = 0; k < w.n; ++k) {
+        if (!detail::threads::reached(peer(k).line[p & 1].phase.load(std::memory_order_acquire), p)) {
+          missing += detail::cat(missing.empty() ? "" : ", ", k);
+        }
+      }
+      const std::string what =
+          detail::cat("timed out after ", w.options.op_timeout->count(), " ms waiting for rank(s) ", missing,
+                      " to arrive; pending: ", pending_text(&call), "; the communicator is aborted");
+      w.abort();
+      return tl::unexpected(error(Errc::timeout, call, what));
     }
-    const std::string what = detail::cat("timed out after ", w.options.op_timeout->count(), " ms waiting for rank(s) ",
-                                         missing, " to arrive; pending: ", pending_text(&call),
-                                         "; the communicator is aborted");
-    w.abort();
-    return tl::unexpected(error(Errc::timeout, call, what));
+    return {};
+  }
+
+  // Parity of the next phase this rank will announce: latency-path data for
+  // that phase goes into line[parity] or scratch parity `parity`.
+  unsigned next_parity() const noexcept { return (me().phases + 1) & 1u; }
+
+  // Where this rank's latency-path contribution of `bytes` for the next phase goes.
+  std::byte* outbox(std::size_t bytes, unsigned parity) const noexcept {
+    return bytes <= detail::threads::inline_bytes ? me().line[parity].data : world_->scratch_of(rank_, parity);
+  }
+  // Where peer q's contribution of `bytes` for the phase of parity `parity` is.
+  const std::byte* inbox(std::size_t q, std::size_t bytes, unsigned parity) const noexcept {
+    return bytes <= detail::threads::inline_bytes ? peer(q).line[parity].data : world_->scratch_of(q, parity);
   }
 
   // The first phase of a call. With the consistency check on, every rank then
   // compares the fingerprints (call, count, dtype, op, root, sequence number)
   // that all ranks published, so a mismatch is Errc::mismatch on every rank
   // instead of a hang or corrupted data. Fingerprints are double-buffered by
-  // call parity, like the scratch slots.
+  // phase parity, like the latency-path data.
   Status arrive(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
+    const unsigned parity = next_parity();
     if (auto s = phase(call, dl); !s) return s;
     if (!world_->check) return {};
     std::string diff;
     for (std::size_t q = 0; q < world_->n; ++q) {
-      const detail::CallDesc& other = peer(q).current[call.seq & 1];
+      const detail::CallDesc& other = peer(q).current[parity];
       if (!detail::same_collective(other, call)) {
         diff += detail::cat(diff.empty() ? "" : "; ", "rank ", q, " called ", detail::describe(other));
       }
@@ -310,12 +356,11 @@ class Threads : public Communicator<Threads> {
       return {};  // avg over one rank divides by 1
     }
     if (bytes <= detail::threads::small_bytes) {
-      RankState& m = me();
-      const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
-      detail::threads::copy(m.scratch[parity], buf, bytes);
+      const unsigned parity = next_parity();
+      detail::threads::copy(outbox(bytes, parity), buf, bytes);
       if (auto s = arrive(c->call, dl); !s) return s;
       detail::threads::Sources<T> src(n);
-      for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(peer(q).scratch[parity]);
+      for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(inbox(q, bytes, parity));
       kernels::combine_n(d, o, buf, src.data(), n, count, n);
       return {};
     }
@@ -348,10 +393,10 @@ class Threads : public Communicator<Threads> {
     detail::threads::Sources<T> src(n);
     RankState& m = me();
     if (bytes <= detail::threads::small_bytes) {
-      const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
-      detail::threads::copy(m.scratch[parity], send, bytes);
+      const unsigned parity = next_parity();
+      detail::threads::copy(outbox(bytes, parity), send, bytes);
       if (auto s = arrive(c->call, dl); !s) return s;
-      for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(peer(q).scratch[parity]) + rank_ * count;
+      for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(inbox(q, bytes, parity)) + rank_ * count;
       kernels::combine_n(d, o, recv, src.data(), n, count, n);
       return {};
     }
@@ -375,10 +420,10 @@ class Threads : public Communicator<Threads> {
     const std::size_t bytes = count * sizeof(T);
     RankState& m = me();
     if (bytes <= detail::threads::small_bytes) {
-      const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
-      if (rank_ == root) detail::threads::copy(m.scratch[parity], buf, bytes);
+      const unsigned parity = next_parity();
+      if (rank_ == root) detail::threads::copy(outbox(bytes, parity), buf, bytes);
       if (auto s = arrive(c->call, dl); !s) return s;
-      if (rank_ != root) detail::threads::copy(buf, peer(root).scratch[parity], bytes);
+      if (rank_ != root) detail::threads::copy(buf, inbox(root, bytes, parity), bytes);
       return {};
     }
     m.recv = buf;
@@ -401,11 +446,11 @@ class Threads : public Communicator<Threads> {
     }
     if (n == 1) return {};
     if (bytes <= detail::threads::small_bytes) {
-      const unsigned parity = static_cast<unsigned>(c->call.seq & 1);
-      detail::threads::copy(m.scratch[parity], mine, bytes);
+      const unsigned parity = next_parity();
+      detail::threads::copy(outbox(bytes, parity), mine, bytes);
       if (auto s = arrive(c->call, dl); !s) return s;
       for (std::size_t q = 0; q < n; ++q) {
-        if (q != rank_) detail::threads::copy(recv + q * count, peer(q).scratch[parity], bytes);
+        if (q != rank_) detail::threads::copy(recv + q * count, inbox(q, bytes, parity), bytes);
       }
       return {};
     }
