@@ -13,6 +13,9 @@ namespace {
 
 using namespace polycoll;
 
+template <class F>
+constexpr bool two_arg_visit_ok = requires(F f) { visit_dtype(DType::F32, f); };
+
 TEST_CASE("DType discriminants are numr's and stable", "[dtype]") {
   STATIC_REQUIRE(static_cast<int>(DType::F64) == 0);
   STATIC_REQUIRE(static_cast<int>(DType::F8E5M2) == 5);
@@ -45,7 +48,7 @@ TEST_CASE("size_of, name and parse_dtype agree for every DType", "[dtype]") {
     CHECK(size_of(row.d) == row.size);
     CHECK(name(row.d) == row.name);
     CHECK(parse_dtype(row.name) == row.d);
-    CHECK(visit_dtype(row.d, [](auto t) { return t.value; }) == row.d);
+    CHECK(visit_dtype(row.d, [](auto t) { return t.value; }, [] { return DType::U8; }) == row.d);
   }
   CHECK_FALSE(is_known(static_cast<DType>(6)));
   CHECK_FALSE(is_known(static_cast<DType>(255)));
@@ -53,6 +56,13 @@ TEST_CASE("size_of, name and parse_dtype agree for every DType", "[dtype]") {
   CHECK(name(static_cast<DType>(99)) == "unknown");
   CHECK_FALSE(parse_dtype("float32").has_value());
   CHECK(visit_dtype(static_cast<DType>(99), [](auto) { return 1; }, [] { return -1; }) == -1);
+  int visited = 0;
+  visit_dtype(DType::F32, [&](auto) { ++visited; });
+  visit_dtype(static_cast<DType>(99), [&](auto) { ++visited; });  // unknown: nothing happens
+  CHECK(visited == 1);
+  // A value-returning visitor must say what an unknown value gives.
+  STATIC_REQUIRE(two_arg_visit_ok<decltype([](auto) {})>);
+  STATIC_REQUIRE_FALSE(two_arg_visit_ok<decltype([](auto) { return 1; })>);
 }
 
 TEST_CASE("dtype_of_v maps the C++ element types", "[dtype]") {

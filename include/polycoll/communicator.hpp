@@ -337,20 +337,28 @@ class Communicator {
   }
 
   // `count * blocks` elements at `address`: not null unless empty, and the byte
-  // size representable.
-  Status check_buffer(const detail::CallDesc& c, std::uint64_t address, std::size_t count, DType dtype,
-                      std::size_t blocks, const char* what) const {
+  // size representable. The check is a few compares inlined into every call;
+  // the message is built out of line, only on failure.
+  [[gnu::always_inline]] Status check_buffer(const detail::CallDesc& c, std::uint64_t address, std::size_t count,
+                                             DType dtype, std::size_t blocks, const char* what) const {
     const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
-    blocks = std::max<std::size_t>(blocks, 1);
-    if (count != 0 && count > std::numeric_limits<std::size_t>::max() / blocks / elem) {
-      return tl::unexpected(error(Errc::invalid_argument, c,
-                                  detail::cat(what, " size overflows: count ", count, " x ", blocks, " x ", elem,
-                                              " bytes")));
-    }
-    if (address == 0 && count != 0) {
-      return tl::unexpected(error(Errc::invalid_argument, c, detail::cat(what, " is null with count > 0")));
+    std::size_t elements = 0, bytes = 0;
+    const bool overflow = __builtin_mul_overflow(count, blocks == 0 ? 1 : blocks, &elements) ||
+                          __builtin_mul_overflow(elements, elem, &bytes);
+    if (overflow || (address == 0 && count != 0)) [[unlikely]] {
+      return buffer_error(c, overflow, count, elem, blocks, what);
     }
     return {};
+  }
+
+  [[gnu::cold, gnu::noinline]] Status buffer_error(const detail::CallDesc& c, bool overflow, std::size_t count,
+                                                   std::size_t elem, std::size_t blocks, const char* what) const {
+    if (overflow) {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat(what, " size overflows: count ", count, " x ",
+                                              std::max<std::size_t>(blocks, 1), " x ", elem, " bytes")));
+    }
+    return tl::unexpected(error(Errc::invalid_argument, c, detail::cat(what, " is null with count > 0")));
   }
 
   Status check_span_sizes(const detail::CallDesc& c, std::size_t big, std::size_t small, const char* big_name,

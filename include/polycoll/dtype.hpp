@@ -201,15 +201,14 @@ constexpr decltype(auto) visit_dtype(DType d, F&& f, U&& on_unknown) {
   return std::forward<U>(on_unknown)();
 }
 
-/// Two-argument form: `d` must be known (checked by the caller, as the
-/// Communicator front end does). For an unknown value, a visitor returning
-/// void does nothing; any other visitor gets a value-initialised result.
+/// Two-argument form, for visitors that return nothing: an unknown value does
+/// nothing. A visitor that returns a value must use the three-argument form and
+/// say what an unknown value gives (a default-made result could read as
+/// success, e.g. an empty Status).
 template <class F>
-constexpr decltype(auto) visit_dtype(DType d, F&& f) {
-  using R = decltype(std::forward<F>(f)(dtype_tag<DType::U8>{}));
-  return visit_dtype(d, std::forward<F>(f), []() -> R {
-    if constexpr (!std::is_void_v<R>) return R{};
-  });
+  requires std::is_void_v<decltype(std::declval<F>()(dtype_tag<DType::U8>{}))>
+constexpr void visit_dtype(DType d, F&& f) {
+  visit_dtype(d, std::forward<F>(f), [] {});
 }
 
 namespace detail {
