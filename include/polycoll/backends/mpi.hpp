@@ -1,0 +1,831 @@
+#pragma once
+/// @file backends/mpi.hpp
+/// Mpi: ranks are MPI processes (MPICH, Open MPI or any MPI-3 library).
+///
+/// `polycoll::mpi::Environment env(argc, argv);` initialises MPI asking for
+/// MPI_THREAD_MULTIPLE (a no-op owner when MPI is already initialised), then
+/// `polycoll::Mpi::world()`, `Mpi::borrow(MPI_Comm)` or `Mpi::duplicate(MPI_Comm)`
+/// make communicators. Every communicator the backend uses gets
+/// MPI_ERRORS_RETURN, and every MPI error becomes an Error carrying
+/// MPI_Error_string. Elements travel as MPI's own datatypes; f16, bf16,
+/// f8e4m3 and f8e5m2 (which MPI lacks) travel as unsigned integers of their
+/// size and are reduced by polycoll's host units as cached user MPI_Ops.
+///
+/// `BasicMpi<mpi::Policies<Completion, Reduction>>` selects, at compile time,
+/// blocking or MPI_I* collectives and MPI's built-in ops or polycoll's units;
+/// `polycoll::Mpi` is BasicMpi<mpi::DefaultPolicies>. See docs/mpi.md.
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <mpi.h>
+
+#include <polycoll/backends/mpi/error.hpp>
+#include <polycoll/backends/mpi/policies.hpp>
+#include <polycoll/backends/mpi/process.hpp>
+#include <polycoll/backends/mpi/requests.hpp>
+#include <polycoll/backends/mpi/types.hpp>
+#include <polycoll/communicator.hpp>
+#include <polycoll/detail/call.hpp>
+#include <polycoll/detail/text.hpp>
+#include <polycoll/detail/wait.hpp>
+#include <polycoll/kernels/reduce.hpp>
+#include <polycoll/log.hpp>
+
+namespace polycoll {
+
+template <class Policies>
+class BasicMpi;
+
+/// The Mpi backend with the measured default policies.
+using Mpi = BasicMpi<mpi::DefaultPolicies>;
+
+template <class P, DType D>
+struct supports_dtype<BasicMpi<P>, D> : std::true_type {};
+template <class P, DType D, ReduceOp Op>
+struct supports_reduction<BasicMpi<P>, D, Op> : std::bool_constant<is_valid_v<D, Op>> {};
+
+namespace mpi {
+
+/// The thread level MPI provides (MPI_THREAD_SINGLE .. MPI_THREAD_MULTIPLE),
+/// or -1 when MPI is not initialised.
+[[nodiscard]] inline int thread_level() noexcept {
+  if (!detail::mpi::mpi_usable()) return -1;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  return provided;
+}
+
+/// RAII initialisation of MPI. Asks MPI_Init_thread for MPI_THREAD_MULTIPLE.
+/// When MPI is already initialised (by the user, Boost.MPI or a test main) it
+/// owns nothing and its destructor does nothing; otherwise the destructor
+/// frees polycoll's cached MPI_Ops and calls MPI_Finalize. Never throws:
+/// check `ok()` / `status()`.
+class Environment {
+ public:
+  /// Initialises MPI without command-line arguments.
+  Environment() noexcept { init(nullptr, nullptr); }
+  /// Initialises MPI with main's arguments (MPI may remove its own).
+  Environment(int& argc, char**& argv) noexcept { init(&argc, &argv); }
+  Environment(const Environment&) = delete;
+  Environment& operator=(const Environment&) = delete;
+  ~Environment() {
+    if (!owns_) return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin != 0) return;
+    detail::mpi::release_ops();
+    MPI_Finalize();
+  }
+
+  /// True when this object initialised MPI (and will finalise it).
+  [[nodiscard]] bool owns() const noexcept { return owns_; }
+  /// The thread level MPI provides.
+  [[nodiscard]] int provided() const noexcept { return provided_; }
+  /// True when MPI is usable.
+  [[nodiscard]] bool ok() const noexcept { return !error_; }
+  /// Success, or why MPI could not be initialised.
+  [[nodiscard]] Status status() const {
+    if (error_) return tl::unexpected(*error_);
+    return {};
+  }
+
+ private:
+  void init(int* argc, char*** argv) noexcept {
+    try {
+      int init = 0, fin = 0;
+      MPI_Initialized(&init);
+      MPI_Finalized(&fin);
+      if (fin != 0) {
+        error_ = Error{Errc::not_initialized, "mpi::Environment [mpi]: MPI has already been finalized", 0};
+        return;
+      }
+      if (init == 0) {
+        const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided_);
+        if (rc != MPI_SUCCESS) {
+          error_ = Error{Errc::backend_failure,
+                         detail::cat("mpi::Environment [mpi]: MPI_Init_thread failed: ", detail::mpi::error_text(rc)),
+                         rc};
+          return;
+        }
+        owns_ = true;
+      } else {
+        MPI_Query_thread(&provided_);
+      }
+      if (const int rc = detail::mpi::install_hook(); rc != MPI_SUCCESS) {
+        error_ = Error{Errc::backend_failure,
+                       detail::cat("mpi::Environment [mpi]: cannot attach the finalize hook: ",
+                                   detail::mpi::error_text(rc)),
+                       rc};
+      }
+    } catch (...) {
+      error_ = Error{Errc::backend_failure, {}, 0};  // only a message allocation can throw
+    }
+  }
+
+  bool owns_ = false;
+  int provided_ = MPI_THREAD_SINGLE;
+  std::optional<Error> error_;
+};
+
+}  // namespace mpi
+
+namespace detail::mpi {
+
+// Everything a communicator owns, behind one pointer: moves are cheap and the
+// mutex has a stable address.
+struct CommState {
+  MPI_Comm comm = MPI_COMM_NULL;
+  bool owned = false;                          // MPI_Comm_free at the end
+  MPI_Errhandler saved = MPI_ERRHANDLER_NULL;  // a borrowed comm's handler, restored at the end
+  std::size_t rank = 0;
+  std::size_t size = 1;
+  std::uint32_t tag_ub = 32767;
+  bool serialized = false;  // MPI provides less than MPI_THREAD_MULTIPLE: use the process lock
+  Options options;
+  std::mutex mutex;
+  std::uint64_t seq = 0;
+  RequestPool pool;
+  std::optional<Error> deferred;  // an error found while posting, returned by the next sync()
+};
+
+}  // namespace detail::mpi
+
+/// MPI processes as ranks. Move-only; see the file comment and docs/mpi.md.
+template <class Policies>
+class BasicMpi : public Communicator<BasicMpi<Policies>> {
+  using Base = Communicator<BasicMpi<Policies>>;
+  using State = detail::mpi::CommState;
+  static constexpr bool nonblocking = Policies::completion::is_nonblocking;
+  static constexpr bool kernel_for_native = Policies::reduction::kernel_for_native;
+
+ public:
+  static constexpr std::string_view backend_name = "mpi";
+  using policies = Policies;
+
+  /// A communicator over a duplicate of MPI_COMM_WORLD (collective over the world).
+  [[nodiscard]] static Result<BasicMpi> world(Options options = {}) {
+    return make("Mpi::world()", MPI_COMM_WORLD, Mode::duplicate, options);
+  }
+  /// Uses `comm` without owning it (it must outlive the result). Sets
+  /// MPI_ERRORS_RETURN on it and restores its previous handler at the end.
+  [[nodiscard]] static Result<BasicMpi> borrow(MPI_Comm comm, Options options = {}) {
+    return make("Mpi::borrow()", comm, Mode::borrow, options);
+  }
+  /// Owns an MPI_Comm_dup of `comm` (collective over comm): its own tag space.
+  [[nodiscard]] static Result<BasicMpi> duplicate(MPI_Comm comm, Options options = {}) {
+    return make("Mpi::duplicate()", comm, Mode::duplicate, options);
+  }
+
+  BasicMpi(BasicMpi&& other) noexcept : Base(std::move(other)), state_(std::move(other.state_)) {}
+  BasicMpi& operator=(BasicMpi&& other) noexcept {
+    if (this != &other) {
+      release();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
+  BasicMpi(const BasicMpi&) = delete;
+  BasicMpi& operator=(const BasicMpi&) = delete;
+  ~BasicMpi() { release(); }
+
+  /// The MPI communicator used (MPI_COMM_NULL when moved-from). Traffic of
+  /// your own on it shares polycoll's tag space.
+  [[nodiscard]] MPI_Comm native() const noexcept { return state_ ? state_->comm : MPI_COMM_NULL; }
+  /// True when this object frees its MPI_Comm (world, duplicate, split).
+  [[nodiscard]] bool owns_comm() const noexcept { return state_ && state_->owned; }
+  /// True when MPI's thread level is below MPI_THREAD_MULTIPLE, so every MPI
+  /// call of polycoll takes one process-wide lock.
+  [[nodiscard]] bool serialized() const noexcept { return state_ && state_->serialized; }
+  /// The options this communicator was made with.
+  [[nodiscard]] const Options& options() const noexcept {
+    static const Options none{};
+    return state_ ? state_->options : none;
+  }
+  /// Operations posted and not yet completed by sync().
+  [[nodiscard]] std::size_t pending() const noexcept {
+    if (!state_) return 0;
+    auto guard = lock();
+    return state_->pool.size();
+  }
+
+ private:
+  friend class Communicator<BasicMpi<Policies>>;
+  enum class Mode { borrow, duplicate, adopt };
+
+  explicit BasicMpi(std::unique_ptr<State> s) noexcept : state_(std::move(s)) {}
+
+  // ------------------------------------------------------------ construction
+
+  static Result<BasicMpi> make(const char* what, MPI_Comm comm, Mode mode, const Options& options) {
+    if (!detail::mpi::mpi_usable()) {
+      int init = 0;
+      MPI_Initialized(&init);
+      return fail(Errc::not_initialized,
+                  init ? detail::cat(what, " [mpi]: MPI has been finalized")
+                       : detail::cat(what, " [mpi]: MPI is not initialised (create a polycoll::mpi::Environment "
+                                           "or call MPI_Init_thread first)"));
+    }
+    if (comm == MPI_COMM_NULL) return fail(Errc::invalid_argument, detail::cat(what, " [mpi]: MPI_COMM_NULL"));
+    if (const int rc = detail::mpi::install_hook(); rc != MPI_SUCCESS) {
+      return fail(detail::mpi::errc_of(rc), detail::cat(what, " [mpi]: ", detail::mpi::error_text(rc)), rc);
+    }
+    std::unique_ptr<State> s;
+    try {
+      s = std::make_unique<State>();
+    } catch (const std::bad_alloc&) {
+      return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
+    }
+    s->options = options;
+    int rc = MPI_SUCCESS;
+    if (mode == Mode::borrow) {
+      // Errors on the caller's comm must come back to us, not abort.
+      rc = MPI_Comm_get_errhandler(comm, &s->saved);
+      if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+      if (rc != MPI_SUCCESS) {
+        if (s->saved != MPI_ERRHANDLER_NULL) MPI_Errhandler_free(&s->saved);
+        return fail(detail::mpi::errc_of(rc), detail::cat(what, " [mpi]: ", detail::mpi::error_text(rc)), rc);
+      }
+      s->comm = comm;
+    } else if (mode == Mode::duplicate) {
+      // MPI_Comm_dup inherits the handler; a fatal one would abort on a bad
+      // argument, so set ERRORS_RETURN on the source only for the call.
+      MPI_Errhandler old = MPI_ERRHANDLER_NULL;
+      MPI_Comm_get_errhandler(comm, &old);
+      MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+      rc = MPI_Comm_dup(comm, &s->comm);
+      if (old != MPI_ERRHANDLER_NULL) {
+        MPI_Comm_set_errhandler(comm, old);
+        MPI_Errhandler_free(&old);
+      }
+      if (rc != MPI_SUCCESS) {
+        return fail(detail::mpi::errc_of(rc), detail::cat(what, " [mpi]: MPI_Comm_dup: ", detail::mpi::error_text(rc)),
+                    rc);
+      }
+      s->owned = true;
+    } else {
+      s->comm = comm;
+      s->owned = true;
+    }
+    if (s->owned) MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+    int r = 0, n = 1;
+    MPI_Comm_rank(s->comm, &r);
+    MPI_Comm_size(s->comm, &n);
+    s->rank = static_cast<std::size_t>(r);
+    s->size = static_cast<std::size_t>(n);
+    int flag = 0;
+    int* ub = nullptr;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    if (flag && ub) s->tag_ub = static_cast<std::uint32_t>(*ub);
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    s->serialized = provided < MPI_THREAD_MULTIPLE;
+    return BasicMpi(std::move(s));
+  }
+
+  // ------------------------------------------------------------ front-end hooks
+
+  std::size_t world_size_impl() const noexcept { return state_ ? state_->size : 1; }
+  std::size_t rank_impl() const noexcept { return state_ ? state_->rank : 0; }
+
+  std::unique_lock<std::mutex> lock() const noexcept {
+    return std::unique_lock<std::mutex>(state_->serialized ? detail::mpi::process().serial : state_->mutex);
+  }
+
+  // Common entry checks: a live communicator, MPI not finalized, an int count.
+  Status enter(const detail::CallDesc& c, std::size_t count) const {
+    if (!state_) return tl::unexpected(detail::call_error(Errc::invalid_argument, c, 0, 0, backend_name,
+                                                          "moved-from communicator"));
+    if (detail::mpi::process().finalized.load(std::memory_order_relaxed)) [[unlikely]] {
+      return tl::unexpected(this->error(Errc::not_initialized, c, "MPI has been finalized"));
+    }
+    if (count > static_cast<std::size_t>(INT_MAX)) [[unlikely]] {
+      return tl::unexpected(this->error(Errc::unsupported, c,
+                                        detail::cat("count ", count, " exceeds INT_MAX, the largest MPI-3 count")));
+    }
+    return {};
+  }
+
+  Status mpi_error(const detail::CallDesc& c, int rc, const char* fn) const {
+    return tl::unexpected(this->error(detail::mpi::errc_of(rc), c,
+                                      detail::cat(fn, ": ", detail::mpi::error_text(rc)), rc));
+  }
+
+  // The MPI_Op of (D, Op) under this policy; rc set on failure.
+  template <DType D, ReduceOp Op>
+  static MPI_Op op_for(int& rc) noexcept {
+    if constexpr (detail::mpi::type_map<D>::builtin_reduction && !kernel_for_native &&
+                  !detail::mpi::builtin_unsafe<D, Op>) {
+      return detail::mpi::builtin_op<D, Op>();
+    } else {
+      return detail::mpi::user_op<D, Op>(rc);
+    }
+  }
+
+  detail::CallDesc numbered(detail::CallDesc c) noexcept {
+    c.seq = ++state_->seq;
+    return c;
+  }
+
+  // ------------------------------------------------------------ collectives
+
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, T* buf, std::size_t count) {
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
+    if (auto s = enter(c, count); !s) return s;
+    int rc = MPI_SUCCESS;
+    const MPI_Op op = op_for<D, Op>(rc);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
+    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const int n = static_cast<int>(count);
+    auto guard = lock();
+    if constexpr (nonblocking) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallreduce");
+      detail::mpi::Finish f;
+      if constexpr (Op == ReduceOp::Avg) f = {&detail::mpi::divide_finish<D>, buf, nullptr, count, state_->size};
+      state_->pool.add(req, numbered(c), dt, f);
+    } else {
+      rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
+      if constexpr (Op == ReduceOp::Avg) kernels::divide(d, buf, count, state_->size);
+    }
+    return {};
+  }
+
+  template <DType D, ReduceOp Op, class T>
+  Status reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count) {
+    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op);
+    if (auto s = enter(c, count); !s) return s;
+    const std::size_t w = state_->size;
+    // In place (recv is this rank's block of send): MPI_IN_PLACE leaves the
+    // result in block 0, moved to the rank's block afterwards.
+    const bool in_place = count != 0 && static_cast<const void*>(recv) == static_cast<const void*>(send + state_->rank * count);
+    if (!in_place && count != 0 && overlaps(send, count * w, recv, count)) {
+      return tl::unexpected(this->error(Errc::invalid_argument, c,
+                                        "recv overlaps send other than as this rank's block (the in-place form)"));
+    }
+    int rc = MPI_SUCCESS;
+    const MPI_Op op = op_for<D, Op>(rc);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
+    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const int n = static_cast<int>(count);
+    T* const result = in_place ? const_cast<T*>(send) : recv;
+    const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
+    auto guard = lock();
+    if constexpr (nonblocking) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      rc = MPI_Ireduce_scatter_block(sbuf, result, n, dt, op, state_->comm, &req);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ireduce_scatter_block");
+      detail::mpi::Finish f;
+      constexpr bool avg = Op == ReduceOp::Avg;
+      if (in_place) {
+        f = {&detail::mpi::move_finish<D, avg>, recv, result, count, w};
+      } else if constexpr (avg) {
+        f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, w};
+      }
+      state_->pool.add(req, numbered(c), dt, f);
+    } else {
+      rc = MPI_Reduce_scatter_block(sbuf, result, n, dt, op, state_->comm);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Reduce_scatter_block");
+      if (in_place && recv != result) std::memmove(static_cast<void*>(recv), result, count * sizeof(T));
+      if constexpr (Op == ReduceOp::Avg) kernels::divide(d, recv, count, w);
+    }
+    return {};
+  }
+
+  template <DType D, class T>
+  Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
+    const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, D, root);
+    if (auto s = enter(c, count); !s) return s;
+    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    auto guard = lock();
+    int rc;
+    if constexpr (nonblocking) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      rc = MPI_Ibcast(buf, static_cast<int>(count), dt, static_cast<int>(root), state_->comm, &req);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ibcast");
+      state_->pool.add(req, numbered(c), dt);
+    } else {
+      rc = MPI_Bcast(buf, static_cast<int>(count), dt, static_cast<int>(root), state_->comm);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Bcast");
+    }
+    return {};
+  }
+
+  template <DType D, class T>
+  Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+    const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, D);
+    if (auto s = enter(c, count); !s) return s;
+    const std::size_t w = state_->size;
+    const bool in_place = count != 0 && static_cast<const void*>(send) == static_cast<const void*>(recv + state_->rank * count);
+    if (!in_place && count != 0 && overlaps(recv, count * w, send, count)) {
+      return tl::unexpected(this->error(Errc::invalid_argument, c,
+                                        "send overlaps recv other than as this rank's block (the in-place form)"));
+    }
+    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const int n = static_cast<int>(count);
+    const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
+    auto guard = lock();
+    int rc;
+    if constexpr (nonblocking) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      rc = MPI_Iallgather(sbuf, n, dt, recv, n, dt, state_->comm, &req);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallgather");
+      state_->pool.add(req, numbered(c), dt);
+    } else {
+      rc = MPI_Allgather(sbuf, n, dt, recv, n, dt, state_->comm);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allgather");
+    }
+    return {};
+  }
+
+  template <class T, class U>
+  static bool overlaps(const T* a, std::size_t na, const U* b, std::size_t nb) noexcept {
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a), b0 = reinterpret_cast<std::uintptr_t>(b);
+    return a0 < b0 + nb * sizeof(U) && b0 < a0 + na * sizeof(T);
+  }
+
+  // ------------------------------------------------------------ point to point
+
+  Status check_tag(const detail::CallDesc& c, std::uint32_t tag) const {
+    if (tag > state_->tag_ub) [[unlikely]] {
+      return tl::unexpected(this->error(Errc::invalid_argument, c,
+                                        detail::cat("tag ", tag, " exceeds MPI_TAG_UB (", state_->tag_ub,
+                                                    ") of this MPI")));
+    }
+    return {};
+  }
+
+  template <DType D, class T>
+  Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
+    const auto c = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
+    if (auto s = enter(c, count); !s) return s;
+    if (auto s = check_tag(c, tag); !s) return s;
+    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    auto guard = lock();
+    MPI_Request req = MPI_REQUEST_NULL;
+    const int rc = MPI_Isend(ptr, static_cast<int>(count), dt, static_cast<int>(dest), static_cast<int>(tag),
+                             state_->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Isend");
+    state_->pool.add(req, numbered(c), dt);
+    return {};
+  }
+
+  template <DType D, class T>
+  Status recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
+    const auto c = detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag);
+    if (auto s = enter(c, count); !s) return s;
+    if (auto s = check_tag(c, tag); !s) return s;
+    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    auto guard = lock();
+    // Matched later with MPI_Improbe, so that a message larger than the buffer
+    // is detected (with its size) before it is received: a truncating
+    // MPI_Irecv would report the error through MPI_Wait, which MPICH raises on
+    // MPI_COMM_WORLD's error handler (fatal by default), not on ours.
+    state_->pool.add_unmatched(numbered(c), dt, ptr);
+    // Try at once: a message already here is received straight into place,
+    // unless an earlier receive from the same (src, tag) is still unmatched:
+    // that one must get the earlier message (MPI's non-overtaking order).
+    const std::size_t last = state_->pool.size() - 1;
+    if (!blocked_by_earlier(last)) (void)try_match(last, state_->deferred);
+    state_->pool.compact();
+    return {};
+  }
+
+  // ------------------------------------------------------------ completion
+
+  // The Error of a request that completed with `code` (its status in `st`).
+  Error request_error(const detail::mpi::Pending& p, const MPI_Status& st, int code) const {
+    const std::string native = detail::mpi::error_text(code);
+    if (detail::mpi::errc_of(code) == Errc::truncated && p.call.call == detail::Call::recv) {
+      int got = MPI_UNDEFINED;
+      MPI_Get_count(&st, p.datatype, &got);
+      std::string sent = got != MPI_UNDEFINED && got >= 0 && static_cast<std::size_t>(got) > p.call.count
+                             ? detail::cat(got, " elements")
+                             : detail::cat("more than ", p.call.count, " elements");
+      return this->error(Errc::truncated, p.call,
+                         detail::cat("message truncated: rank ", p.call.peer, " sent ", sent, " with tag ", p.call.tag,
+                                     ", recv posted for ", p.call.count, " elements (", native, ')'),
+                         code);
+    }
+    return this->error(detail::mpi::errc_of(code), p.call, native, code);
+  }
+
+  // Tries to match unmatched receive i with MPI_Improbe; on a match posts
+  // MPI_Imrecv into the caller's buffer, or, for a message larger than the
+  // buffer, receives it into a scratch buffer (error path only) and records
+  // Errc::truncated. Returns true when the entry made progress.
+  bool try_match(std::size_t i, std::optional<Error>& first) {
+    auto& pool = state_->pool;
+    detail::mpi::Pending& p = pool.pending(i);
+    int flag = 0;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st{};
+    int rc = MPI_Improbe(static_cast<int>(p.call.peer), static_cast<int>(p.call.tag), state_->comm, &flag, &msg, &st);
+    if (rc != MPI_SUCCESS) {
+      if (!first) first = request_error(p, st, rc);
+      p.unmatched = false;
+      return true;
+    }
+    if (!flag) return false;
+    p.unmatched = false;
+    int bytes = 0;
+    MPI_Get_count(&st, MPI_BYTE, &bytes);
+    const std::size_t posted = p.call.count * size_of(p.call.dtype);
+    if (bytes >= 0 && static_cast<std::size_t>(bytes) > posted) {
+      try {
+        std::vector<std::byte> sink(static_cast<std::size_t>(bytes));
+        MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      } catch (const std::bad_alloc&) {
+        MPI_Mrecv(nullptr, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);  // truncates on purpose: the data is dropped
+      }
+      if (!first) {
+        const std::size_t elem = size_of(p.call.dtype);
+        const std::string sent = static_cast<std::size_t>(bytes) % elem == 0
+                                     ? detail::cat(static_cast<std::size_t>(bytes) / elem, " elements")
+                                     : detail::cat(bytes, " bytes");
+        first = this->error(Errc::truncated, p.call,
+                            detail::cat("message truncated: rank ", p.call.peer, " sent ", sent, " with tag ",
+                                        p.call.tag, ", recv posted for ", p.call.count,
+                                        " elements (MPI_ERR_TRUNCATE avoided: the message was probed and dropped)"),
+                            MPI_ERR_TRUNCATE);
+      }
+      return true;
+    }
+    rc = MPI_Imrecv(p.recv_buf, static_cast<int>(p.call.count), p.datatype, &msg, &pool.request(i));
+    if (rc != MPI_SUCCESS && !first) first = request_error(p, st, rc);
+    return true;
+  }
+
+  // True when an entry before unmatched receive i waits for the same (src, tag).
+  bool blocked_by_earlier(std::size_t i) const noexcept {
+    const auto& pool = state_->pool;
+    const detail::mpi::Pending& p = pool.pending(i);
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& q = pool.pending(j);
+      if (q.unmatched && q.call.peer == p.call.peer && q.call.tag == p.call.tag) return true;
+    }
+    return false;
+  }
+
+  // Matches what can be matched, keeping MPI's order: a receive is not probed
+  // while an earlier one with the same (src, tag) is still unmatched.
+  // Returns {progressed, any left unmatched}.
+  std::pair<bool, bool> match_receives(std::optional<Error>& first) {
+    auto& pool = state_->pool;
+    bool progressed = false, left = false;
+    for (std::size_t i = 0; i < pool.size(); ++i) {
+      if (!pool.pending(i).unmatched) continue;
+      if (!blocked_by_earlier(i) && try_match(i, first)) {
+        progressed = true;
+      } else {
+        left = true;
+      }
+    }
+    return {progressed, left};
+  }
+
+  // Request i completed with `rc` (MPI freed it): run its finish or keep the
+  // first error.
+  void settle(std::size_t i, int rc, const MPI_Status& st, std::optional<Error>& first) {
+    auto& pool = state_->pool;
+    if (rc == MPI_SUCCESS) {
+      pool.pending(i).finish.run();
+    } else if (!first) {
+      first = request_error(pool.pending(i), st, rc);
+    }
+    pool.request(i) = MPI_REQUEST_NULL;
+  }
+
+  // One polling pass over every pending operation: match receives, test
+  // requests (MPI_Test one at a time, never MPI_Testall/Testsome/Waitall,
+  // whose errors MPICH raises on MPI_COMM_WORLD's handler). Lock held.
+  bool poll_once(std::optional<Error>& first) {
+    auto& pool = state_->pool;
+    bool progressed = match_receives(first).first;
+    for (std::size_t i = 0; i < pool.size(); ++i) {
+      if (pool.request(i) == MPI_REQUEST_NULL) continue;
+      MPI_Status st{};
+      int flag = 0;
+      const int rc = MPI_Test(&pool.request(i), &flag, &st);
+      if (rc != MPI_SUCCESS || flag) {
+        settle(i, rc, st, first);
+        progressed = true;
+      }
+    }
+    pool.compact();
+    return progressed;
+  }
+
+  // True while an operation numbered <= upto is pending.
+  bool pending_upto(std::uint64_t upto) const noexcept {
+    const auto& pool = state_->pool;
+    for (std::size_t i = 0; i < pool.size(); ++i) {
+      if (pool.pending(i).call.seq <= upto) return true;
+    }
+    return false;
+  }
+
+  // Polls until every operation numbered <= upto has completed (true) or the
+  // deadline passes (false). The lock is released between passes, so other
+  // threads keep submitting (and may be what the awaited receives wait for).
+  bool drain(const std::optional<detail::Clock::time_point>& deadline, std::uint64_t upto,
+             std::unique_lock<std::mutex>& guard, std::optional<Error>& first) {
+    unsigned idle = 0;
+    for (;;) {
+      const bool progressed = poll_once(first);
+      if (!pending_upto(upto)) return true;
+      if (deadline && detail::Clock::now() >= *deadline) return false;
+      guard.unlock();
+      if (progressed) {
+        idle = 0;
+      } else if (++idle > 64) {
+        // Back off so a peer sharing the core runs (MPICH busy-polls too).
+        if (idle < 4096) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+      }
+      guard.lock();
+    }
+  }
+
+  // sync()'s and barrier()'s completion of everything posted before it,
+  // bounded by op_timeout. Lock held (released while polling).
+  Status complete(const detail::CallDesc& c, std::unique_lock<std::mutex>& guard) {
+    std::optional<Error> first = std::exchange(state_->deferred, std::nullopt);
+    bool done = true;
+    if (!state_->pool.empty()) {
+      const auto& timeout = state_->options.op_timeout;
+      done = drain(detail::deadline_after(timeout), state_->seq, guard, first);
+    }
+    if (state_->pool.empty() && !state_->deferred) state_->pool.mark_idle();
+    if (first) return tl::unexpected(std::move(*first));
+    if (!done) {
+      return tl::unexpected(this->error(
+          Errc::timeout, c,
+          detail::cat("timed out after ", state_->options.op_timeout->count(), " ms; pending: ", pending_text(),
+                      "; they stay posted: a later sync() can still complete them")));
+    }
+    return {};
+  }
+
+  std::string pending_text() const {
+    std::string s;
+    const auto& pool = state_->pool;
+    for (std::size_t i = 0; i < pool.size(); ++i) {
+      if (!s.empty()) s += ", ";
+      s += detail::describe(pool.pending(i).call);
+    }
+    return s.empty() ? std::string("none") : s;
+  }
+
+  Status sync_impl() {
+    const auto c = detail::CallDesc::plain(detail::Call::sync);
+    if (auto s = enter(c, 0); !s) return s;
+    // Nothing posted since the last complete sync (blocking collectives post
+    // nothing): no lock, no polling. Measured in docs/mpi.md.
+    if (!state_->pool.busy()) [[likely]] return {};
+    auto guard = lock();
+    return complete(c, guard);
+  }
+
+  Status barrier_impl() {
+    const auto c = detail::CallDesc::plain(detail::Call::barrier);
+    if (auto s = enter(c, 0); !s) return s;
+    auto guard = lock();
+    if (auto s = complete(c, guard); !s) return s;
+    if (!state_->options.op_timeout) {
+      const int rc = MPI_Barrier(state_->comm);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Barrier");
+      return {};
+    }
+    // Bounded: an MPI_Ibarrier completed by the same polling loop.
+    MPI_Request req = MPI_REQUEST_NULL;
+    const int rc = MPI_Ibarrier(state_->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ibarrier");
+    state_->pool.add(req, numbered(c), MPI_DATATYPE_NULL);
+    return complete(c, guard);
+  }
+
+  // ------------------------------------------------------------ split
+
+  Result<std::optional<BasicMpi>> split_impl(std::uint32_t color, std::uint32_t key) {
+    const auto c = detail::CallDesc::plain(detail::Call::split);
+    if (auto s = enter(c, 0); !s) return tl::unexpected(std::move(s.error()));
+    auto guard = lock();
+    // MPI wants non-negative int colors and int keys; polycoll's are any
+    // uint32. Gather everyone's (color, key) and give MPI dense equivalents:
+    // the color's position among the distinct colors, the rank's position in
+    // its (key, old rank) order. Every rank computes the same answer, so a
+    // bad value cannot leave some ranks in the collective and others not.
+    const std::size_t w = state_->size;
+    std::vector<std::uint32_t> all;
+    try {
+      all.resize(2 * w);
+    } catch (const std::bad_alloc&) {
+      return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory"));
+    }
+    const std::uint32_t mine[2] = {color, key};
+    int rc = MPI_Allgather(mine, 2, MPI_UINT32_T, all.data(), 2, MPI_UINT32_T, state_->comm);
+    if (rc != MPI_SUCCESS) return tl::unexpected(mpi_error(c, rc, "MPI_Allgather").error());
+    int mpi_color = MPI_UNDEFINED;
+    int mpi_key = 0;
+    if (color != no_color) {
+      std::vector<std::uint32_t> colors;
+      for (std::size_t q = 0; q < w; ++q) {
+        if (all[2 * q] != no_color) colors.push_back(all[2 * q]);
+      }
+      std::sort(colors.begin(), colors.end());
+      colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
+      mpi_color = static_cast<int>(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+      for (std::size_t q = 0; q < w; ++q) {
+        if (all[2 * q] == color && (all[2 * q + 1] < key || (all[2 * q + 1] == key && q < state_->rank))) ++mpi_key;
+      }
+    }
+    MPI_Comm sub = MPI_COMM_NULL;
+    rc = MPI_Comm_split(state_->comm, mpi_color, mpi_key, &sub);
+    if (rc != MPI_SUCCESS) return tl::unexpected(mpi_error(c, rc, "MPI_Comm_split").error());
+    if (sub == MPI_COMM_NULL) return std::optional<BasicMpi>{};
+    guard.unlock();
+    auto made = make("split()", sub, Mode::adopt, state_->options);
+    if (!made) {
+      MPI_Comm_free(&sub);
+      return tl::unexpected(this->error(made.error().code, c, made.error().message, made.error().native));
+    }
+    return std::optional<BasicMpi>{std::move(*made)};
+  }
+
+  // ------------------------------------------------------------ teardown
+
+  // The drop contract: wait at most drop_timeout for pending requests, then
+  // log them, cancel the receives, free what MPI lets us free, and release
+  // the communicator. Never throws, never blocks past the bound (MPI_Cancel
+  // of a receive completes locally).
+  void release() noexcept {
+    if (!state_) return;
+    State& s = *state_;
+    try {
+      const bool usable = detail::mpi::mpi_usable();
+      auto guard = lock();
+      if (!s.pool.empty() && !usable) {
+        log(LogLevel::warning, detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed after "
+                                           "MPI_Finalize with ", s.pool.size(), " pending operation(s): ",
+                                           pending_text(), "; nothing can be released"));
+      } else if (!s.pool.empty()) {
+        std::optional<Error> ignored;  // errors of operations nobody waits for any more
+        (void)drain(detail::Clock::now() + s.options.drop_timeout, s.seq, guard, ignored);
+        if (!s.pool.empty()) {
+          const std::string names = pending_text();
+          std::size_t leaked = 0;
+          for (std::size_t i = 0; i < s.pool.size(); ++i) {
+            MPI_Request& r = s.pool.request(i);
+            const auto call = s.pool.pending(i).call.call;
+            if (r == MPI_REQUEST_NULL) {
+              continue;  // an unmatched receive: nothing was posted to MPI
+            } else if (call == detail::Call::send || call == detail::Call::recv) {
+              MPI_Request_free(&r);  // completes on its own; MPI may still touch the buffer
+            } else {
+              ++leaked;  // MPI forbids freeing or cancelling a nonblocking collective
+            }
+          }
+          log(LogLevel::warning,
+              detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed with ", s.pool.size(),
+                          " pending operation(s) after waiting ", s.options.drop_timeout.count(),
+                          " ms: unmatched receives withdrawn, posted sends/receives released to MPI",
+                          leaked ? ", collectives left to MPI" : "", "; dropped: ", names));
+        }
+        s.pool.clear();
+      }
+      if (usable) {
+        if (s.owned) {
+          MPI_Comm_free(&s.comm);
+        } else if (s.saved != MPI_ERRHANDLER_NULL) {
+          MPI_Comm_set_errhandler(s.comm, s.saved);
+          MPI_Errhandler_free(&s.saved);
+        }
+      }
+    } catch (...) {
+      // Only message formatting can throw (bad_alloc); the contract is to never throw.
+    }
+    state_.reset();
+  }
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace polycoll

@@ -1,0 +1,51 @@
+#pragma once
+/// @file backends/mpi/policies.hpp
+/// Policies of the Mpi backend, chosen at compile time:
+/// `polycoll::BasicMpi<polycoll::mpi::Policies<Completion, Reduction>>`.
+/// `polycoll::Mpi` is `BasicMpi<mpi::DefaultPolicies>`; docs/mpi.md gives the
+/// measurements behind the defaults.
+
+namespace polycoll::mpi {
+
+/// Completion policy: collectives call the blocking MPI function and are
+/// complete on return (sync() then only completes send/recv).
+struct blocking {
+  static constexpr bool is_nonblocking = false;
+  static constexpr const char* name = "blocking";
+};
+
+/// Completion policy: collectives post the MPI_I* function and return; sync()
+/// and barrier() complete them (together with send/recv), so op_timeout also
+/// bounds collectives.
+struct nonblocking {
+  static constexpr bool is_nonblocking = true;
+  static constexpr const char* name = "nonblocking";
+};
+
+/// Reduction-unit policy: MPI's predefined ops wherever MPI has one for the
+/// dtype (everything but f16, bf16, f8e4m3, f8e5m2, and the sums of 8- and
+/// 16-bit integers, which always take polycoll's unit as a user MPI_Op; see
+/// detail::mpi::builtin_unsafe).
+struct builtin_ops {
+  static constexpr bool kernel_for_native = false;
+  static constexpr const char* name = "builtin";
+};
+
+/// Reduction-unit policy: polycoll's vectorised host unit (kernels/reduce.hpp)
+/// as a cached user MPI_Op for every dtype, native ones included.
+struct kernel_ops {
+  static constexpr bool kernel_for_native = true;
+  static constexpr const char* name = "kernel";
+};
+
+/// A policy bundle: `completion` and `reduction`.
+template <class Completion, class Reduction>
+struct Policies {
+  using completion = Completion;
+  using reduction = Reduction;
+};
+
+/// The policies of polycoll::Mpi (measured: see docs/mpi.md).
+using DefaultPolicies = Policies<blocking, kernel_ops>;
+
+}  // namespace polycoll::mpi

@@ -1,0 +1,106 @@
+#pragma once
+// The Mpi backend's dtype table: which MPI datatype carries each DType, and
+// which built-in MPI_Op implements each (DType, ReduceOp) where MPI has one.
+// Internal to backends/mpi.hpp.
+
+#include <complex>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include <mpi.h>
+
+#include <polycoll/dtype.hpp>
+#include <polycoll/reduce_op.hpp>
+
+namespace polycoll::detail::mpi {
+
+/// One specialisation per DType. `datatype()` is the MPI datatype that moves
+/// the elements (a function, not a constant: Open MPI's handles are addresses
+/// of globals). `builtin_reduction` says whether MPI's predefined ops reduce
+/// it; the 16- and 8-bit floats travel as unsigned integers of their size and
+/// are reduced only by polycoll's user MPI_Ops. Primary left undefined: the
+/// completeness check below names a missing entry.
+template <DType D>
+struct type_map;
+
+#define POLYCOLL_MPI_TYPE(D, MPITYPE, BUILTIN)                         \
+  template <>                                                          \
+  struct type_map<DType::D> {                                          \
+    static MPI_Datatype datatype() noexcept { return MPITYPE; }        \
+    static constexpr bool builtin_reduction = BUILTIN;                 \
+  }
+
+POLYCOLL_MPI_TYPE(F64, MPI_DOUBLE, true);
+POLYCOLL_MPI_TYPE(F32, MPI_FLOAT, true);
+POLYCOLL_MPI_TYPE(F16, MPI_UINT16_T, false);
+POLYCOLL_MPI_TYPE(BF16, MPI_UINT16_T, false);
+POLYCOLL_MPI_TYPE(F8E4M3, MPI_UINT8_T, false);
+POLYCOLL_MPI_TYPE(F8E5M2, MPI_UINT8_T, false);
+POLYCOLL_MPI_TYPE(I64, MPI_INT64_T, true);
+POLYCOLL_MPI_TYPE(I32, MPI_INT32_T, true);
+POLYCOLL_MPI_TYPE(I16, MPI_INT16_T, true);
+POLYCOLL_MPI_TYPE(I8, MPI_INT8_T, true);
+POLYCOLL_MPI_TYPE(U64, MPI_UINT64_T, true);
+POLYCOLL_MPI_TYPE(U32, MPI_UINT32_T, true);
+POLYCOLL_MPI_TYPE(U16, MPI_UINT16_T, true);
+POLYCOLL_MPI_TYPE(U8, MPI_UINT8_T, true);
+POLYCOLL_MPI_TYPE(Bool, MPI_C_BOOL, true);  // reduced with MPI_LOR / MPI_LAND
+POLYCOLL_MPI_TYPE(C64, MPI_C_FLOAT_COMPLEX, true);
+POLYCOLL_MPI_TYPE(C128, MPI_C_DOUBLE_COMPLEX, true);
+#undef POLYCOLL_MPI_TYPE
+
+static_assert(sizeof(bool) == 1, "polycoll Mpi: bool must be one byte to travel as MPI_C_BOOL");
+static_assert(sizeof(std::complex<float>) == 2 * sizeof(float), "polycoll Mpi: std::complex<float> layout");
+
+template <DType D>
+concept mapped = requires {
+  { type_map<D>::datatype() } -> std::same_as<MPI_Datatype>;
+  type_map<D>::builtin_reduction;
+};
+
+// Completeness: every one of the dtype_count DTypes has a table entry.
+constexpr bool type_map_complete() {
+  return []<std::size_t... I>(std::index_sequence<I...>) {
+    return (mapped<all_dtypes[I]> && ...);
+  }(std::make_index_sequence<dtype_count>{});
+}
+static_assert(type_map_complete(), "polycoll Mpi: type_map must have an entry for every DType");
+
+/// Position of D in all_dtypes (0 .. dtype_count-1): indexes the op cache.
+template <DType D>
+constexpr std::size_t dtype_index() {
+  std::size_t i = 0;
+  while (all_dtypes[i] != D) ++i;
+  return i;
+}
+
+/// True where MPI's predefined op may not give polycoll's result: Sum of 8-
+/// and 16-bit integers, which polycoll defines modulo 2^bits, and which Open
+/// MPI 4.1's AVX op component computes with saturating adds (32767 + 1 ==
+/// 32767: open-mpi/ompi#8045, closed wontfix). Those pairs always take
+/// polycoll's unit as a user op, whatever the reduction policy.
+template <DType D, ReduceOp Op>
+inline constexpr bool builtin_unsafe =
+    Op == ReduceOp::Sum && (D == DType::I8 || D == DType::I16 || D == DType::U8 || D == DType::U16);
+
+/// The predefined MPI_Op for (D, Op); Avg is a Sum followed by polycoll's
+/// division. Bool takes the logical ops (Sum/Max = or, Prod/Min = and).
+template <DType D, ReduceOp Op>
+MPI_Op builtin_op() noexcept {
+  static_assert(type_map<D>::builtin_reduction, "polycoll Mpi: MPI has no predefined reduction for this dtype");
+  if constexpr (D == DType::Bool) {
+    return (Op == ReduceOp::Sum || Op == ReduceOp::Max) ? MPI_LOR : MPI_LAND;
+  } else if constexpr (Op == ReduceOp::Sum || Op == ReduceOp::Avg) {
+    return MPI_SUM;
+  } else if constexpr (Op == ReduceOp::Prod) {
+    return MPI_PROD;
+  } else if constexpr (Op == ReduceOp::Min) {
+    return MPI_MIN;
+  } else {
+    return MPI_MAX;
+  }
+}
+
+}  // namespace polycoll::detail::mpi

@@ -1,0 +1,481 @@
+// Mpi-specific behaviour: MPI errors, Environment over an initialised MPI,
+// borrow/duplicate, split, op_timeout, the drop contract, threads, no
+// allocation per call, and (Open MPI builds) Boost.MPI interop. Every rank
+// runs every case; expectations hold at any world size.
+#include <catch2/catch.hpp>
+
+#include <polycoll/any_communicator.hpp>
+#include <polycoll/backends/mpi.hpp>
+#include <polycoll/config.hpp>
+#if POLYCOLL_HAS_BOOST_MPI
+#include <boost/mpi/collectives.hpp>
+#include <boost/mpi/environment.hpp>
+#include <polycoll/interop/boost_mpi.hpp>
+#endif
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+std::atomic<std::size_t> g_allocations{0};
+
+}  // namespace
+
+// GCC cannot see that these replacements pair malloc with free throughout.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+// Counts heap allocations so a test can show the per-call path makes none.
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+using namespace polycoll;
+using namespace std::chrono_literals;
+
+bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+Mpi world(Options o = {}) {
+  auto w = Mpi::world(o);
+  INFO((w ? std::string() : w.error().message));
+  REQUIRE(w.has_value());
+  return std::move(*w);
+}
+
+// Log records captured by the drop-contract test.
+std::mutex g_log_mutex;
+std::vector<std::string> g_log;
+void capture(LogLevel, std::string_view m) noexcept {
+  try {
+    std::lock_guard lock(g_log_mutex);
+    g_log.emplace_back(m);
+  } catch (...) {
+  }
+}
+
+TEST_CASE("a truncated recv names peer, tag and both counts", "[mpi][errors]") {
+  Mpi comm = world();
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+  std::array<float, 8> out{};
+  std::array<float, 4> in{};
+  REQUIRE(comm.send(out, next, 11));
+  REQUIRE(comm.recv(in, prev, 11));
+  const Status s = comm.sync();
+  REQUIRE_FALSE(s);
+  const std::string& m = s.error().message;
+  INFO(m);
+  CHECK(s.error().code == Errc::truncated);
+  CHECK(s.error().native != 0);
+  CHECK(contains(m, "recv(count=4, dtype=f32, src=" + std::to_string(prev) + ", tag=11)"));
+  CHECK(contains(m, "of " + std::to_string(w) + " [mpi]"));
+  CHECK(contains(m, "rank " + std::to_string(prev) + " sent"));
+  CHECK(contains(m, "8 elements"));
+  CHECK(contains(m, "recv posted for 4 elements"));
+  CHECK(contains(m, "MPI_ERR_TRUNCATE"));
+  CHECK(comm.pending() == 0);
+  CHECK(comm.barrier());
+}
+
+TEST_CASE("receives from one (src, tag) get its messages in posting order", "[mpi][p2p]") {
+  Mpi comm = world();
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+  std::array<std::int32_t, 4> first{}, second{}, one{1, 1, 1, 1}, two{2, 2, 2, 2};
+  REQUIRE(comm.recv(first, prev, 7));  // nothing sent yet: posted, unmatched
+  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE(comm.send(one, next, 7));
+  REQUIRE(comm.send(two, next, 7));
+  // Wait until the first message is here, then post the second receive: it
+  // must not take the message that belongs to the first.
+  for (int here = 0; !here;) MPI_Iprobe(static_cast<int>(prev), 7, comm.native(), &here, MPI_STATUS_IGNORE);
+  REQUIRE(comm.recv(second, prev, 7));
+  REQUIRE(comm.sync());
+  CHECK(first[3] == 1);
+  CHECK(second[3] == 2);
+  CHECK(comm.barrier());
+}
+
+TEST_CASE("the bf16 sum MPI_Op is bit-identical to the reduction unit", "[mpi][ops]") {
+  // Every bf16 bit pattern against a strided set of others (NaNs, infinities,
+  // subnormals, overflow to inf), odd length, 2-byte aligned start.
+  constexpr std::size_t n = 65536 + 1;
+  std::vector<std::uint16_t> a(n + 1), b(n + 1);
+  for (std::uint32_t stride : {1u, 257u, 4099u, 40503u}) {
+    for (std::size_t i = 0; i < n; ++i) {
+      a[i + 1] = static_cast<std::uint16_t>(i);
+      b[i + 1] = static_cast<std::uint16_t>((i * stride + 12345u) & 0xFFFFu);
+    }
+    std::vector<bf16> want(n), x(n);
+    std::memcpy(static_cast<void*>(want.data()), b.data() + 1, 2 * n);
+    std::memcpy(static_cast<void*>(x.data()), a.data() + 1, 2 * n);
+    kernels::combine(dtype_tag<DType::BF16>{}, polycoll::sum, want.data(), want.data(), x.data(), n);
+    int len = static_cast<int>(n);
+    detail::mpi::user_fn<DType::BF16, ReduceOp::Sum>(a.data() + 1, b.data() + 1, &len, nullptr);
+    INFO("stride " << stride);
+    CHECK(std::memcmp(want.data(), b.data() + 1, 2 * n) == 0);
+  }
+}
+
+TEST_CASE("bad input specific to MPI: tag above MPI_TAG_UB, count above INT_MAX", "[mpi][errors]") {
+  Mpi comm = world();
+  std::array<float, 4> buf{};
+  int* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  REQUIRE(flag);
+  const auto big_tag = static_cast<std::uint32_t>(*ub) + 1u;
+  const Status t = comm.send(std::span<const float>(buf), 0, big_tag);
+  REQUIRE_FALSE(t);
+  CHECK(t.error().code == Errc::invalid_argument);
+  CHECK(contains(t.error().message, "MPI_TAG_UB"));
+  // Rejected before MPI touches memory, so a dummy non-null address is fine.
+  const std::size_t huge = static_cast<std::size_t>(INT_MAX) + 1;
+  const Status c = comm.all_reduce(std::uint64_t{4096}, huge, DType::U8, ReduceOp::Sum);
+  REQUIRE_FALSE(c);
+  CHECK(c.error().code == Errc::unsupported);
+  CHECK(contains(c.error().message, "INT_MAX"));
+  CHECK(comm.pending() == 0);
+  // Factories: a null communicator.
+  auto null = Mpi::borrow(MPI_COMM_NULL);
+  REQUIRE_FALSE(null);
+  CHECK(null.error().code == Errc::invalid_argument);
+  CHECK(comm.barrier());
+}
+
+TEST_CASE("Environment when MPI is already initialised owns nothing", "[mpi][environment]") {
+  {
+    mpi::Environment env;
+    CHECK(env.ok());
+    CHECK_FALSE(env.owns());
+    CHECK(env.provided() == mpi::thread_level());
+  }
+  int fin = 0;
+  MPI_Finalized(&fin);
+  CHECK(fin == 0);
+  Mpi comm = world();
+  std::array<std::int32_t, 3> v{1, 2, 3};
+  CHECK(comm.all_reduce(std::span(v), polycoll::sum));
+  CHECK(v[2] == static_cast<std::int32_t>(3 * comm.world_size()));
+  CHECK(mpi::thread_level() == MPI_THREAD_MULTIPLE);
+  CHECK_FALSE(comm.serialized());
+}
+
+TEST_CASE("borrow uses the caller's comm and restores its error handler; duplicate owns a copy", "[mpi][borrow]") {
+  MPI_Errhandler before = MPI_ERRHANDLER_NULL;
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &before);
+  {
+    auto b = Mpi::borrow(MPI_COMM_WORLD);
+    REQUIRE(b);
+    CHECK(b->native() == MPI_COMM_WORLD);
+    CHECK_FALSE(b->owns_comm());
+    MPI_Errhandler during = MPI_ERRHANDLER_NULL;
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &during);
+    CHECK(during == MPI_ERRORS_RETURN);
+    MPI_Errhandler_free(&during);
+    std::array<double, 2> v{1.0, 0.5};
+    CHECK(b->all_reduce(std::span(v), polycoll::avg));
+    CHECK(v[0] == 1.0);
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    CHECK(b->world_size() == static_cast<std::size_t>(size));
+  }
+  MPI_Errhandler after = MPI_ERRHANDLER_NULL;
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &after);
+  CHECK(after == before);
+  MPI_Errhandler_free(&after);
+  MPI_Errhandler_free(&before);
+
+  auto d = Mpi::duplicate(MPI_COMM_WORLD);
+  REQUIRE(d);
+  CHECK(d->owns_comm());
+  int cmp = MPI_UNEQUAL;
+  MPI_Comm_compare(d->native(), MPI_COMM_WORLD, &cmp);
+  CHECK(cmp == MPI_CONGRUENT);
+  // A moved-from communicator reports errors instead of crashing.
+  Mpi moved = std::move(*d);
+  std::array<float, 1> x{};
+  const Status s = d->all_reduce(std::span(x), polycoll::sum);
+  CHECK_FALSE(s);
+  CHECK(d->native() == MPI_COMM_NULL);
+  CHECK(moved.barrier());
+}
+
+TEST_CASE("split: all no_color, huge colors and keys, sub-communicators work", "[mpi][split]") {
+  Mpi comm = world();
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  auto none = comm.split(no_color, 0);
+  REQUIRE(none);
+  CHECK_FALSE(none->has_value());
+  // Colors and keys above INT_MAX are fine: polycoll densifies them for MPI.
+  // color = 0xFFFFFFF0 - parity, key = 0xFFFFFFFF - rank: sub-rank counts down.
+  auto sub = comm.split(0xFFFFFFF0u - static_cast<std::uint32_t>(r % 2), 0xFFFFFFFFu - static_cast<std::uint32_t>(r));
+  REQUIRE(sub);
+  REQUIRE(sub->has_value());
+  Mpi& s = **sub;
+  CHECK(s.owns_comm());
+  CHECK(s.world_size() == (w - r % 2 + 1) / 2);
+  CHECK(s.rank() == (w - 1 - r) / 2);
+  std::array<std::int64_t, 1> v{static_cast<std::int64_t>(r)};
+  CHECK(s.all_reduce(std::span(v), polycoll::max));
+  CHECK(v[0] == static_cast<std::int64_t>(w - 1 - ((w - 1) % 2 != r % 2 ? 1 : 0)));
+  CHECK(comm.barrier());
+}
+
+// sync() until it succeeds: with a short op_timeout on an oversubscribed
+// machine a peer may be descheduled for longer than the timeout.
+Status sync_until_done(Mpi& comm) {
+  Status s = comm.sync();
+  for (int i = 0; i < 300 && !s && s.error().code == Errc::timeout; ++i) s = comm.sync();
+  return s;
+}
+
+TEST_CASE("op_timeout: sync and barrier return Errc::timeout listing pending operations", "[mpi][timeout]") {
+  Options o;
+  o.op_timeout = 100ms;
+  Mpi comm = world(o);
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+  std::array<std::int32_t, 3> in{}, out{7, 8, 9};
+  REQUIRE(comm.recv(in, prev, 99));
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = comm.sync();
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE_FALSE(s);
+  INFO(s.error().message);
+  CHECK(s.error().code == Errc::timeout);
+  CHECK(contains(s.error().message, "sync() on rank"));
+  CHECK(contains(s.error().message, "pending: #1 recv(count=3, dtype=i32, src=" + std::to_string(prev) + ", tag=99)"));
+  CHECK(waited >= 100ms);
+  CHECK(waited < 5s);
+  CHECK(comm.pending() == 1);
+  // Nobody sends before every rank has timed out.
+  MPI_Barrier(MPI_COMM_WORLD);
+  // The recv stays posted: once the message is sent, a later sync completes it.
+  REQUIRE(comm.send(out, next, 99));
+  CHECK(sync_until_done(comm));
+  CHECK(in[2] == 9);
+  CHECK(comm.pending() == 0);
+
+  if (w > 1) {
+    // Rank 0 enters the barrier alone: it times out; the others join later
+    // and rank 0's pending barrier completes at its next sync.
+    if (r == 0) {
+      const Status b = comm.barrier();
+      REQUIRE_FALSE(b);
+      CHECK(b.error().code == Errc::timeout);
+      CHECK(contains(b.error().message, "barrier()"));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (r != 0) {
+      const Status b = comm.barrier();
+      CHECK((b || b.error().code == Errc::timeout));
+    }
+    CHECK(sync_until_done(comm));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("drop contract: a destructor with pending work waits at most drop_timeout, logs, releases",
+          "[mpi][drop]") {
+  Options o;
+  o.drop_timeout = 200ms;
+  const LogSink old = set_log_sink(&capture);
+  {
+    std::lock_guard lock(g_log_mutex);
+    g_log.clear();
+  }
+  std::array<float, 16> in{};
+  std::chrono::steady_clock::duration took{};
+  {
+    Mpi comm = world(o);
+    const std::size_t w = comm.world_size(), r = comm.rank();
+    REQUIRE(comm.recv(in, (r + w - 1) % w, 123));  // nobody ever sends it
+    CHECK(comm.pending() == 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      Mpi dying = std::move(comm);
+    }
+    took = std::chrono::steady_clock::now() - t0;
+  }
+  set_log_sink(old);
+  CHECK(took >= 200ms);
+  CHECK(took < 3s);
+  std::lock_guard lock(g_log_mutex);
+  REQUIRE(g_log.size() == 1);
+  INFO(g_log[0]);
+  CHECK(contains(g_log[0], "destroyed with 1 pending operation(s)"));
+  CHECK(contains(g_log[0], "recv(count=16, dtype=f32"));
+  CHECK(contains(g_log[0], "tag=123"));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("thread safety: two threads submit to one communicator, two more to their own", "[mpi][threads]") {
+  Mpi comm = world();
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+  constexpr std::uint32_t rounds = 200;
+  std::atomic<int> errors{0};
+  // sync() is rank-wide: one thread's sync() also waits for the receives the
+  // other thread has posted. A thread that syncs between its own rounds can
+  // therefore wait for a peer thread that is itself stuck in a sync() waiting
+  // for this rank: a cycle through the ranks that forms at odd world sizes.
+  // So each thread first posts everything (posting never blocks), then syncs;
+  // the two sync() calls run concurrently.
+  std::vector<std::array<std::int64_t, 32>> out(2 * rounds), in(2 * rounds);
+  auto p2p = [&](std::uint32_t first) {
+    for (std::uint32_t t = first; t < first + rounds; ++t) {
+      out[t].fill(static_cast<std::int64_t>(1000 * r + t));
+      if (!comm.send(out[t], next, t)) ++errors;
+    }
+    for (std::uint32_t t = first + rounds; t-- > first;) {  // reverse order: matching is by tag
+      if (!comm.recv(in[t], prev, t)) ++errors;
+    }
+    if (!comm.sync()) ++errors;
+  };
+  {
+    std::thread a(p2p, 0u), b(p2p, rounds);
+    a.join();
+    b.join();
+  }
+  CHECK(comm.pending() == 0);
+  for (std::uint32_t t = 0; t < 2 * rounds; ++t) {
+    if (in[t][31] != static_cast<std::int64_t>(1000 * prev + t)) ++errors;
+  }
+  CHECK(errors.load() == 0);
+  // Collectives from two threads, each on its own duplicate (a collective
+  // order per communicator is the caller's job, as in MPI).
+  auto c1 = Mpi::duplicate(comm.native());
+  auto c2 = Mpi::duplicate(comm.native());
+  REQUIRE(c1);
+  REQUIRE(c2);
+  auto reduce = [&](Mpi& c, float base) {
+    std::vector<bf16> v(1000);
+    for (int i = 0; i < 50; ++i) {
+      std::fill(v.begin(), v.end(), bf16(base));
+      if (!c.all_reduce(std::span(v), polycoll::sum) || !c.sync()) ++errors;
+      if (static_cast<float>(v[999]) != base * static_cast<float>(w)) ++errors;
+    }
+  };
+  {
+    std::thread a(reduce, std::ref(*c1), 1.0f), b(reduce, std::ref(*c2), 2.0f);
+    a.join();
+    b.join();
+  }
+  CHECK(errors.load() == 0);
+  CHECK(comm.barrier());
+}
+
+template <class Comm>
+std::size_t allocations_per_call(Comm& comm) {
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  std::vector<float> f(4096, 1.0f);
+  std::vector<bf16> h(4096, bf16(1.0f));
+  std::vector<std::int32_t> rs(4 * w, 1), rs_out(4);
+  std::vector<double> out(64), in(64);
+  auto once = [&] {
+    bool ok = comm.all_reduce(std::span(f), polycoll::sum).has_value();
+    ok &= comm.all_reduce(std::span(h), polycoll::max).has_value();
+    ok &= comm.all_reduce(std::span(f), polycoll::avg).has_value();
+    ok &= comm.reduce_scatter(rs, rs_out, polycoll::sum).has_value();
+    ok &= comm.broadcast(std::span(out), 0).has_value();
+    ok &= comm.send(out, (r + 1) % w, 5).has_value();
+    ok &= comm.recv(in, (r + w - 1) % w, 5).has_value();
+    ok &= comm.sync().has_value();
+    return ok;
+  };
+  for (int i = 0; i < 3; ++i) REQUIRE(once());  // first use creates the cached ops
+  const std::size_t before = g_allocations.load();
+  for (int i = 0; i < 50; ++i) REQUIRE(once());
+  return g_allocations.load() - before;
+}
+
+TEST_CASE("no allocation per call on the hot path", "[mpi][alloc]") {
+  Mpi comm = world();
+  CHECK(allocations_per_call(comm) == 0);
+  auto nb = BasicMpi<mpi::Policies<mpi::nonblocking, mpi::builtin_ops>>::world();
+  REQUIRE(nb);
+  CHECK(allocations_per_call(*nb) == 0);
+  CHECK(detail::mpi::cached_op_count() >= 2);
+}
+
+TEST_CASE("every policy bundle computes the same results", "[mpi][policies]") {
+  auto check = [](auto comm) {
+    REQUIRE(comm);
+    const std::size_t w = comm->world_size(), r = comm->rank();
+    std::vector<f16> a(100, f16(static_cast<float>(r)));
+    REQUIRE(comm->all_reduce(std::span(a), polycoll::avg));
+    std::vector<std::complex<float>> c(10, {1.0f, static_cast<float>(r)});
+    REQUIRE(comm->all_reduce(std::span(c), polycoll::sum));
+    std::array<bool, 3> b{r == 0, true, false};
+    REQUIRE(comm->all_reduce(std::span(b), polycoll::min));
+    std::vector<double> rs(3 * w, static_cast<double>(r)), out(3);
+    REQUIRE(comm->reduce_scatter(std::span(rs), std::span(out), polycoll::avg));
+    REQUIRE(comm->sync());
+    CHECK(static_cast<float>(a[99]) == static_cast<float>(w - 1) / 2.0f);
+    CHECK(c[9] == std::complex<float>(static_cast<float>(w), static_cast<float>(w * (w - 1) / 2)));
+    CHECK(b[0] == (w == 1));
+    CHECK(b[1]);
+    CHECK_FALSE(b[2]);
+    CHECK(out[2] == static_cast<double>(w - 1) / 2.0);
+  };
+  using namespace polycoll::mpi;
+  check(BasicMpi<Policies<blocking, builtin_ops>>::world());
+  check(BasicMpi<Policies<blocking, kernel_ops>>::world());
+  check(BasicMpi<Policies<nonblocking, builtin_ops>>::world());
+  check(BasicMpi<Policies<nonblocking, kernel_ops>>::world());
+}
+
+TEST_CASE("AnyCommunicator holds an Mpi", "[mpi][any]") {
+  AnyCommunicator any{world()};
+  CHECK(any.backend_name() == "mpi");
+  REQUIRE(any.target<Mpi>() != nullptr);
+  std::array<std::uint8_t, 5> v{1, 1, 1, 1, 1};
+  CHECK(any.all_reduce(detail::to_address(v.data()), v.size(), DType::U8, ReduceOp::Sum));
+  CHECK(any.sync());
+  CHECK(v[4] == static_cast<std::uint8_t>(any.world_size()));
+  auto sub = any.split(0, 0);
+  REQUIRE(sub);
+  REQUIRE(sub->has_value());
+  CHECK((*sub)->world_size() == any.world_size());
+}
+
+#if POLYCOLL_HAS_BOOST_MPI
+TEST_CASE("Boost.MPI interop: from_boost borrows, to_boost attaches", "[mpi][boost]") {
+  boost::mpi::environment env;  // MPI is already initialised: Boost owns nothing
+  boost::mpi::communicator bworld;
+  {
+    auto comm = mpi::from_boost(bworld);
+    REQUIRE(comm);
+    CHECK(comm->native() == static_cast<MPI_Comm>(bworld));
+    CHECK_FALSE(comm->owns_comm());
+    CHECK(comm->world_size() == static_cast<std::size_t>(bworld.size()));
+    CHECK(comm->rank() == static_cast<std::size_t>(bworld.rank()));
+    std::array<float, 4> v{1, 1, 1, 1};
+    CHECK(comm->all_reduce(std::span(v), polycoll::sum));
+    CHECK(v[3] == static_cast<float>(bworld.size()));
+  }
+  auto own = Mpi::duplicate(static_cast<MPI_Comm>(bworld));
+  REQUIRE(own);
+  boost::mpi::communicator view = mpi::to_boost(*own);
+  CHECK(static_cast<MPI_Comm>(view) == own->native());
+  const int total = boost::mpi::all_reduce(view, view.rank() + 1, std::plus<int>());
+  CHECK(total == view.size() * (view.size() + 1) / 2);
+}
+#endif
+
+}  // namespace
