@@ -1,0 +1,396 @@
+#pragma once
+/// @file backends/nccl.hpp
+/// Nccl: ranks are CUDA devices, communicating through NCCL (2.19 or newer;
+/// written against 2.28).
+///
+/// `Nccl::init_all(devices)` makes one communicator per GPU for one process
+/// (drive each from its own thread); `Nccl::from_unique_id(id, world, rank,
+/// device)` joins a communicator whose ncclUniqueId you distributed;
+/// `Nccl::from_mpi(comm, device)` (when polycoll was built with MPI) does the
+/// distribution over MPI. Buffers are device memory of the communicator's
+/// device (or managed / registered host memory).
+///
+/// Each communicator is created with `ncclCommInitRankConfig` in non-blocking
+/// mode and owns a non-blocking CUDA stream; every call makes its device
+/// current and restores the caller's. Collectives are enqueued on that stream
+/// and return; sync() waits. send/recv are queued and launched together in one
+/// ncclGroupStart/End at the next sync()/barrier(), so the exchange pattern
+/// never deadlocks; NCCL has no tags, so tags are accepted and ignored
+/// (messages between a pair of ranks match in order). `Options::op_timeout`
+/// bounds sync()/barrier()/split() and a launch that NCCL keeps in progress;
+/// on expiry the communicator is aborted (ncclCommAbort) and the call returns
+/// Errc::timeout naming the pending operations; later calls return
+/// Errc::aborted. The destructor finalizes within `drop_timeout`, then
+/// destroys, or logs and aborts. See docs/nccl.md.
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <polycoll/config.hpp>
+#include <polycoll/backends/nccl/device.hpp>
+#include <polycoll/backends/nccl/engine.hpp>
+#include <polycoll/backends/nccl/error.hpp>
+#include <polycoll/backends/nccl/types.hpp>
+#include <polycoll/communicator.hpp>
+#include <polycoll/detail/call.hpp>
+#include <polycoll/detail/text.hpp>
+#include <polycoll/detail/wait.hpp>
+#include <polycoll/stream_sync.hpp>
+
+#if POLYCOLL_HAS_MPI && __has_include(<mpi.h>)
+#include <mpi.h>
+#endif
+
+namespace polycoll {
+
+class Nccl;
+
+/// Nccl moves every DType (I16/U16 and bool as bytes, complex as pairs).
+template <DType D>
+struct supports_dtype<Nccl, D> : std::true_type {};
+/// Nccl reduces what NCCL reduces after the static rewrites of
+/// backends/nccl/types.hpp: not I16/U16 at all, not complex Prod.
+template <DType D, ReduceOp Op>
+struct supports_reduction<Nccl, D, Op> : std::bool_constant<detail::nccl::reducible<D, Op>> {};
+
+/// CUDA devices as ranks, through NCCL. Move-only; see the file comment and docs/nccl.md.
+class Nccl : public Communicator<Nccl> {
+  using Engine = detail::nccl::Engine;
+
+ public:
+  static constexpr std::string_view backend_name = "nccl";
+
+  /// A fresh ncclUniqueId (ncclGetUniqueId), to distribute to every rank.
+  [[nodiscard]] static Result<ncclUniqueId> unique_id() {
+    ncclUniqueId id{};
+    if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+      return fail(detail::nccl::errc_of(r), detail::cat("Nccl::unique_id() [nccl]: ", detail::nccl::nccl_text(r, "ncclGetUniqueId")),
+                  static_cast<int>(r));
+    }
+    return id;
+  }
+
+  /// Rank `rank` of `world` on `device`, all ranks calling with the same `id`
+  /// (from threads or processes). Blocks until every rank has joined, or
+  /// until op_timeout when set.
+  [[nodiscard]] static Result<Nccl> from_unique_id(const ncclUniqueId& id, std::size_t world, std::size_t rank,
+                                                   int device, Options options = {}) {
+    const std::string what =
+        detail::cat("Nccl::from_unique_id(world=", world, ", rank=", rank, ", device=", device, ')');
+    if (world == 0 || world > static_cast<std::size_t>(INT_MAX) || rank >= world) {
+      return fail(Errc::invalid_argument, detail::cat(what, " [nccl]: rank must be in [0, world) and world in [1, INT_MAX]"));
+    }
+    if (auto s = check_devices(what, std::span<const int>(&device, 1)); !s) return tl::unexpected(std::move(s.error()));
+    ncclComm_t comm = nullptr;
+    {
+      detail::nccl::DeviceGuard guard(device);
+      if (guard.status() != cudaSuccess) {
+        return fail(detail::nccl::errc_of(guard.status()),
+                    detail::cat(what, " [nccl]: ", detail::nccl::cuda_text(guard.status(), "cudaSetDevice")));
+      }
+      ncclConfig_t config = detail::nccl::nonblocking_config();
+      const ncclResult_t r =
+          ncclCommInitRankConfig(&comm, static_cast<int>(world), id, static_cast<int>(rank), &config);
+      if (r != ncclSuccess && r != ncclInProgress) {
+        const std::string text = detail::nccl::nccl_text(r, "ncclCommInitRankConfig", comm);
+        if (comm != nullptr) (void)ncclCommAbort(comm);
+        return fail(detail::nccl::errc_of(r), detail::cat(what, " [nccl]: ", text), static_cast<int>(r));
+      }
+    }
+    ncclComm_t comms[1] = {comm};
+    if (auto s = settle_all(what, comms, options); !s) return tl::unexpected(std::move(s.error()));
+    auto e = Engine::adopt(comm, device, options, what);
+    if (!e) return tl::unexpected(std::move(e.error()));
+    return Nccl(std::move(*e));
+  }
+
+  /// One communicator per device in `devices` (rank i on devices[i]) for this
+  /// process. Drive each from its own host thread: NCCL collectives of one
+  /// communicator block until every rank has launched theirs.
+  [[nodiscard]] static Result<std::vector<Nccl>> init_all(std::span<const int> devices, Options options = {}) {
+    std::string what = "Nccl::init_all(devices={";
+    for (std::size_t i = 0; i < devices.size(); ++i) what += detail::cat(i ? ", " : "", devices[i]);
+    what += "})";
+    if (devices.empty()) return fail(Errc::invalid_argument, detail::cat(what, " [nccl]: no devices"));
+    if (devices.size() > static_cast<std::size_t>(INT_MAX)) {
+      return fail(Errc::invalid_argument, detail::cat(what, " [nccl]: too many devices"));
+    }
+    if (auto s = check_devices(what, devices); !s) return tl::unexpected(std::move(s.error()));
+    ncclUniqueId id{};
+    if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+      return fail(detail::nccl::errc_of(r), detail::cat(what, " [nccl]: ", detail::nccl::nccl_text(r, "ncclGetUniqueId")),
+                  static_cast<int>(r));
+    }
+    const int n = static_cast<int>(devices.size());
+    std::vector<ncclComm_t> comms(devices.size(), nullptr);
+    {
+      // One thread initialises every rank: inside a group (NCCL's rule), and
+      // non-blocking, so the group returns at once and we poll below.
+      detail::nccl::DeviceGuard restore(devices[0]);
+      ncclConfig_t config = detail::nccl::nonblocking_config();
+      std::string failure;
+      ncclResult_t code = ncclSuccess;
+      if (const ncclResult_t r = ncclGroupStart(); r != ncclSuccess) {
+        return fail(detail::nccl::errc_of(r), detail::cat(what, " [nccl]: ", detail::nccl::nccl_text(r, "ncclGroupStart")),
+                    static_cast<int>(r));
+      }
+      for (int i = 0; i < n; ++i) {
+        if (const cudaError_t e = cudaSetDevice(devices[static_cast<std::size_t>(i)]); e != cudaSuccess) {
+          if (failure.empty()) failure = detail::nccl::cuda_text(e, "cudaSetDevice");
+          break;
+        }
+        const ncclResult_t r = ncclCommInitRankConfig(&comms[static_cast<std::size_t>(i)], n, id, i, &config);
+        if (r != ncclSuccess && r != ncclInProgress && failure.empty()) {
+          failure = detail::cat("rank ", i, ": ", detail::nccl::nccl_text(r, "ncclCommInitRankConfig"));
+          code = r;
+        }
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      if (failure.empty() && end != ncclSuccess && end != ncclInProgress) {
+        failure = detail::nccl::nccl_text(end, "ncclGroupEnd (init)");
+        code = end;
+      }
+      if (!failure.empty()) {
+        abort_all(comms);
+        return fail(code == ncclSuccess ? Errc::backend_failure : detail::nccl::errc_of(code),
+                    detail::cat(what, " [nccl]: ", failure), static_cast<int>(code));
+      }
+    }
+    if (auto s = settle_all(what, comms, options); !s) return tl::unexpected(std::move(s.error()));
+    std::vector<Nccl> out;
+    try {
+      out.reserve(devices.size());
+    } catch (const std::bad_alloc&) {
+      abort_all(comms);
+      return fail(Errc::backend_failure, detail::cat(what, " [nccl]: out of memory"));
+    }
+    for (std::size_t i = 0; i < comms.size(); ++i) {
+      auto e = Engine::adopt(std::exchange(comms[i], nullptr), devices[i], options, what);
+      if (!e) {
+        abort_all(comms);  // the ranks after i; those before are finalized by `out`'s destructors
+        return tl::unexpected(std::move(e.error()));
+      }
+      out.push_back(Nccl(std::move(*e)));
+    }
+    return out;
+  }
+
+#if POLYCOLL_HAS_MPI && __has_include(<mpi.h>)
+  /// Collective over `comm`: rank 0 creates the ncclUniqueId, MPI broadcasts
+  /// it, every MPI rank becomes the same NCCL rank on `device`. MPI must be
+  /// initialised (polycoll::mpi::Environment or MPI_Init_thread).
+  [[nodiscard]] static Result<Nccl> from_mpi(MPI_Comm comm, int device, Options options = {}) {
+    const std::string what = detail::cat("Nccl::from_mpi(device=", device, ')');
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init == 0 || fin != 0) {
+      return fail(Errc::not_initialized, detail::cat(what, " [nccl]: MPI is not initialised (or already finalized)"));
+    }
+    if (comm == MPI_COMM_NULL) return fail(Errc::invalid_argument, detail::cat(what, " [nccl]: MPI_COMM_NULL"));
+    int rank = 0, size = 1;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS) {
+      return fail(Errc::backend_failure, detail::cat(what, " [nccl]: MPI_Comm_rank/MPI_Comm_size failed"));
+    }
+    // Rank 0's ncclGetUniqueId result travels with the id, so that a failure
+    // there fails every rank instead of leaving them waiting in init.
+    struct Message {
+      int status;
+      ncclUniqueId id;
+    } msg{};
+    if (rank == 0) msg.status = static_cast<int>(ncclGetUniqueId(&msg.id));
+    if (const int rc = MPI_Bcast(&msg, static_cast<int>(sizeof msg), MPI_BYTE, 0, comm); rc != MPI_SUCCESS) {
+      return fail(Errc::backend_failure, detail::cat(what, " [nccl]: MPI_Bcast of the ncclUniqueId failed (", rc, ')'),
+                  rc);
+    }
+    if (msg.status != ncclSuccess) {
+      const auto r = static_cast<ncclResult_t>(msg.status);
+      return fail(detail::nccl::errc_of(r),
+                  detail::cat(what, " [nccl]: rank 0: ", detail::nccl::nccl_text(r, "ncclGetUniqueId")), msg.status);
+    }
+    auto made = from_unique_id(msg.id, static_cast<std::size_t>(size), static_cast<std::size_t>(rank), device, options);
+    if (!made) return fail(made.error().code, detail::cat(what, " -> ", made.error().message), made.error().native);
+    return made;
+  }
+#endif
+
+  Nccl(Nccl&& other) noexcept : Communicator<Nccl>(std::move(other)), e_(std::move(other.e_)) {}
+  Nccl& operator=(Nccl&& other) noexcept {
+    if (this != &other) e_ = std::move(other.e_);  // the old communicator is released (drop contract)
+    return *this;
+  }
+  Nccl(const Nccl&) = delete;
+  Nccl& operator=(const Nccl&) = delete;
+  ~Nccl() = default;  // Engine's destructor: bounded finalize, else abort; never throws
+
+  /// The CUDA device of this rank (-1 when moved-from).
+  [[nodiscard]] int device() const noexcept { return e_ ? e_->device() : -1; }
+  /// The communication stream (non-blocking, owned by the communicator).
+  [[nodiscard]] cudaStream_t stream() const noexcept { return e_ ? e_->stream() : nullptr; }
+  /// The NCCL communicator (nullptr when moved-from or aborted). Your own
+  /// calls on it must not run concurrently with polycoll's.
+  [[nodiscard]] ncclComm_t native() const noexcept { return e_ ? e_->native() : nullptr; }
+  /// The options this communicator was made with.
+  [[nodiscard]] const Options& options() const noexcept {
+    static const Options none{};
+    return e_ ? e_->options() : none;
+  }
+  /// Operations submitted and not yet completed by sync().
+  [[nodiscard]] std::size_t pending() const { return e_ ? e_->pending() : 0; }
+
+ private:
+  friend class Communicator<Nccl>;
+  template <DType D>
+  using map = detail::nccl::type_map<D>;
+
+  explicit Nccl(std::unique_ptr<Engine> e) noexcept : e_(std::move(e)) {}
+
+  // Every device exists and appears once (NCCL needs one GPU per rank).
+  static Status check_devices(std::string_view what, std::span<const int> devices) {
+    int count = 0;
+    if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+      return fail(detail::nccl::errc_of(e) == Errc::invalid_argument ? Errc::backend_failure : detail::nccl::errc_of(e),
+                  detail::cat(what, " [nccl]: ", detail::nccl::cuda_text(e, "cudaGetDeviceCount")), static_cast<int>(e));
+    }
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      if (devices[i] < 0 || devices[i] >= count) {
+        return fail(Errc::invalid_argument,
+                    detail::cat(what, " [nccl]: device ", devices[i], " does not exist (", count, " visible)"));
+      }
+      for (std::size_t j = 0; j < i; ++j) {
+        if (devices[j] == devices[i]) {
+          return fail(Errc::invalid_argument, detail::cat(what, " [nccl]: device ", devices[i],
+                                                          " appears twice; NCCL needs one GPU per rank"));
+        }
+      }
+    }
+    return {};
+  }
+
+  // Waits (bounded by op_timeout) for communicators being initialised.
+  static Status settle_all(std::string_view what, std::span<ncclComm_t> comms, const Options& options) {
+    const auto deadline = detail::deadline_after(options.op_timeout);
+    for (std::size_t i = 0; i < comms.size(); ++i) {
+      const detail::nccl::Settled s = detail::nccl::settle(comms[i], deadline);
+      if (s.timed_out || s.result != ncclSuccess) {
+        const std::string text =
+            s.timed_out ? detail::cat("rank ", i, " did not finish initialising within op_timeout (",
+                                      options.op_timeout->count(), " ms): did every rank join?")
+                        : detail::cat("rank ", i, ": ", detail::nccl::nccl_text(s.result, "ncclCommInitRankConfig", comms[i]));
+        abort_all(comms);
+        return fail(s.timed_out ? Errc::timeout : detail::nccl::errc_of(s.result), detail::cat(what, " [nccl]: ", text),
+                    static_cast<int>(s.result));
+      }
+    }
+    return {};
+  }
+
+  static void abort_all(std::span<ncclComm_t> comms) noexcept {
+    for (ncclComm_t& c : comms) {
+      if (c != nullptr) (void)ncclCommAbort(c);
+      c = nullptr;
+    }
+  }
+
+  Status moved_from(const detail::CallDesc& c) const {
+    return tl::unexpected(detail::call_error(Errc::invalid_argument, c, 0, 0, backend_name, "moved-from communicator"));
+  }
+
+  // ------------------------------------------------------------ front-end hooks
+
+  std::size_t world_size_impl() const noexcept { return e_ ? e_->size() : 1; }
+  std::size_t rank_impl() const noexcept { return e_ ? e_->rank() : 0; }
+
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_impl(dtype_tag<D>, op_tag<Op>, T* buf, std::size_t count) {
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
+    if (!e_) return moved_from(c);
+    return e_->submit(c, {{buf, "buffer"}}, "ncclAllReduce", [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclAllReduce(buf, buf, count * map<D>::scale, map<D>::type, detail::nccl::red_op<D, Op>(), comm, s);
+    });
+  }
+
+  template <DType D, class T>
+  Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
+    const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, D, root);
+    if (!e_) return moved_from(c);
+    return e_->submit(c, {{buf, "buffer"}}, "ncclBroadcast", [&](ncclComm_t comm, cudaStream_t s) {
+      return ncclBroadcast(buf, buf, count * map<D>::scale, map<D>::type, static_cast<int>(root), comm, s);
+    });
+  }
+
+  template <DType D, class T>
+  Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+    const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, D);
+    if (!e_) return moved_from(c);
+    return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclAllGather",
+                      [&](ncclComm_t comm, cudaStream_t s) {
+                        return ncclAllGather(send, recv, count * map<D>::scale, map<D>::type, comm, s);
+                      });
+  }
+
+  template <DType D, ReduceOp Op, class T>
+  Status reduce_scatter_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
+    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op);
+    if (!e_) return moved_from(c);
+    return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclReduceScatter",
+                      [&](ncclComm_t comm, cudaStream_t s) {
+                        return ncclReduceScatter(send, recv, count * map<D>::scale, map<D>::type,
+                                                 detail::nccl::red_op<D, Op>(), comm, s);
+                      });
+  }
+
+  // Tags are not sent: NCCL matches a pair's messages in order.
+  template <DType D, class T>
+  Status send_impl(dtype_tag<D>, const T* buf, std::size_t count, std::size_t dest, std::uint32_t tag) {
+    const auto c = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
+    if (!e_) return moved_from(c);
+    return e_->post(c, detail::nccl::P2p{true, const_cast<T*>(buf), count * map<D>::scale, map<D>::type,
+                                         static_cast<int>(dest)});
+  }
+
+  template <DType D, class T>
+  Status recv_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t src, std::uint32_t tag) {
+    const auto c = detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag);
+    if (!e_) return moved_from(c);
+    return e_->post(c, detail::nccl::P2p{false, buf, count * map<D>::scale, map<D>::type, static_cast<int>(src)});
+  }
+
+  Status sync_impl() {
+    const auto c = detail::CallDesc::plain(detail::Call::sync);
+    if (!e_) return moved_from(c);
+    return e_->sync(c);
+  }
+
+  Status barrier_impl() {
+    const auto c = detail::CallDesc::plain(detail::Call::barrier);
+    if (!e_) return moved_from(c);
+    return e_->barrier(c);
+  }
+
+  Result<std::optional<Nccl>> split_impl(std::uint32_t color, std::uint32_t key) {
+    const auto c = detail::CallDesc::plain(detail::Call::split);
+    if (!e_) return tl::unexpected(moved_from(c).error());
+    auto r = e_->split(c, color, key);
+    if (!r) return tl::unexpected(std::move(r.error()));
+    if (!*r) return std::optional<Nccl>{};
+    return std::optional<Nccl>{Nccl(std::move(*r))};
+  }
+
+  StreamSyncOps* as_stream_sync_impl() noexcept { return e_.get(); }
+
+  std::unique_ptr<Engine> e_;
+};
+
+}  // namespace polycoll
