@@ -16,3 +16,16 @@
 
 #include <polycoll/backends/noop.hpp>
 #include <polycoll/backends/threads.hpp>
+
+// mpi.h must be on the include path too (nvcc checks of the umbrella may lack it).
+#if POLYCOLL_HAS_MPI && __has_include(<mpi.h>)
+#include <polycoll/backends/mpi.hpp>
+#if POLYCOLL_HAS_BOOST_MPI && __has_include(<boost/mpi/communicator.hpp>)
+#include <polycoll/interop/boost_mpi.hpp>
+#endif
+#endif
+
+// nccl.h (and cuda_runtime.h) must be on the include path too.
+#if POLYCOLL_HAS_NCCL && __has_include(<nccl.h>)
+#include <polycoll/backends/nccl.hpp>
+#endif
