@@ -73,13 +73,14 @@ inline void copy(void* dst, const void* src, std::size_t bytes) noexcept {
 template <class T>
 class Sources {
  public:
+  // inline_ is left uninitialised on purpose: every slot below n is written before use.
   explicit Sources(std::size_t n) : ptr_(n <= inline_n ? inline_ : (heap_.resize(n), heap_.data())) {}
   const T*& operator[](std::size_t i) noexcept { return ptr_[i]; }
   const T* const* data() const noexcept { return ptr_; }
 
  private:
   static constexpr std::size_t inline_n = 16;
-  const T* inline_[inline_n] = {};
+  const T* inline_[inline_n];
   std::vector<const T*> heap_;
   const T** ptr_;
 };
@@ -261,7 +262,7 @@ class Threads : public Communicator<Threads> {
       return tl::unexpected(error(Errc::aborted, call, "the communicator was aborted after an earlier error"));
     }
     call.seq = ++m.seq;
-    m.current[next_parity()] = call;  // read by peers after the call's first phase
+    if (world_->check) m.current[next_parity()] = call;  // read by peers after the call's first phase
     return Collective{std::move(lock), call};
   }
 
@@ -332,7 +333,10 @@ class Threads : public Communicator<Threads> {
     return tl::unexpected(error(Errc::mismatch, call, detail::cat("consistency check failed: ", diff)));
   }
 
-  std::optional<detail::Clock::time_point> deadline() const { return detail::deadline_after(world_->options.op_timeout); }
+  [[gnu::always_inline]] std::optional<detail::Clock::time_point> deadline() const {
+    if (!world_->options.op_timeout) [[likely]] return std::nullopt;
+    return detail::Clock::now() + *world_->options.op_timeout;
+  }
 
   // Large-path slice [lo, hi) of `count` elements of size `elem` owned by rank q.
   std::pair<std::size_t, std::size_t> slice(std::size_t count, std::size_t elem, std::size_t q) const noexcept {
@@ -359,6 +363,13 @@ class Threads : public Communicator<Threads> {
       const unsigned parity = next_parity();
       detail::threads::copy(outbox(bytes, parity), buf, bytes);
       if (auto s = arrive(c->call, dl); !s) return s;
+      if (n == 2 && Op != ReduceOp::Avg) {
+        // The common 2-rank case: one binary step in rank order (the same
+        // rounding as the fold), my own contribution read from my buffer.
+        const T* other = reinterpret_cast<const T*>(inbox(1 - rank_, bytes, parity));
+        kernels::combine(d, o, buf, rank_ == 0 ? buf : other, rank_ == 0 ? other : buf, count);
+        return {};
+      }
       detail::threads::Sources<T> src(n);
       for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(inbox(q, bytes, parity));
       kernels::combine_n(d, o, buf, src.data(), n, count, n);
