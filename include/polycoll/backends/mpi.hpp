@@ -323,10 +323,15 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   }
 
   // The MPI_Op of (D, Op) under this policy; rc set on failure.
+  // `bytes` is the same on every rank for one call, so every rank picks the same op.
   template <DType D, ReduceOp Op>
-  static MPI_Op op_for(int& rc) noexcept {
+  static MPI_Op op_for(int& rc, [[maybe_unused]] std::size_t bytes) noexcept {
+    using R = typename Policies::reduction;
     if constexpr (detail::mpi::type_map<D>::builtin_reduction && !kernel_for_native &&
                   !detail::mpi::builtin_unsafe<D, Op>) {
+      if constexpr (requires { R::kernel_below_bytes; }) {
+        if (bytes < R::kernel_below_bytes) return detail::mpi::user_op<D, Op>(rc);
+      }
       return detail::mpi::builtin_op<D, Op>();
     } else {
       return detail::mpi::user_op<D, Op>(rc);
@@ -345,7 +350,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
     if (auto s = enter(c, count); !s) return s;
     int rc = MPI_SUCCESS;
-    const MPI_Op op = op_for<D, Op>(rc);
+    const MPI_Op op = op_for<D, Op>(rc, count * sizeof(T));
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
@@ -378,7 +383,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                                         "recv overlaps send other than as this rank's block (the in-place form)"));
     }
     int rc = MPI_SUCCESS;
-    const MPI_Op op = op_for<D, Op>(rc);
+    const MPI_Op op = op_for<D, Op>(rc, count * w * sizeof(T));
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
