@@ -4,6 +4,7 @@
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/backends/noop.hpp>
 
+#include "count_allocations.hpp"
 #include "recorder.hpp"
 
 #include <array>
@@ -15,20 +16,9 @@ namespace {
 using namespace polycoll;
 using polycoll::test::Recorder;
 
-std::size_t g_allocations = 0;
+using polycoll::test::g_allocations;
 
 }  // namespace
-
-// GCC cannot see that these replacements pair malloc with free throughout.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-// Counts heap allocations so the test can show the per-call path makes none.
-void* operator new(std::size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 

@@ -9,6 +9,7 @@
 // Both are timed like the collectives: a block of back-to-back repetitions,
 // the mean per repetition, the median over blocks.
 
+#include <polycoll/detail/wait.hpp>
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -32,13 +33,7 @@ using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
+using polycoll::detail::cpu_relax;
 
 /// Page-aligned host memory, touched once when allocated: a first touch costs
 /// 11-15 us per 4 KiB page on these machines, which must not land in a timing.

@@ -25,22 +25,9 @@
 #include <thread>
 #include <vector>
 
-namespace {
+#include "../count_allocations.hpp"
 
-std::atomic<std::size_t> g_allocations{0};
-
-}  // namespace
-
-// GCC cannot see that these replacements pair malloc with free throughout.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-// Counts heap allocations so a test can show the per-call path makes none.
-void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+using polycoll::test::g_allocations;
 
 namespace {
 
