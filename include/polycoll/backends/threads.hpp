@@ -333,10 +333,7 @@ class Threads : public Communicator<Threads> {
     return tl::unexpected(error(Errc::mismatch, call, detail::cat("consistency check failed: ", diff)));
   }
 
-  [[gnu::always_inline]] std::optional<detail::Clock::time_point> deadline() const {
-    if (!world_->options.op_timeout) [[likely]] return std::nullopt;
-    return detail::Clock::now() + *world_->options.op_timeout;
-  }
+  std::optional<detail::Clock::time_point> deadline() const { return detail::deadline_after(world_->options.op_timeout); }
 
   // Large-path slice [lo, hi) of `count` elements of size `elem` owned by rank q.
   std::pair<std::size_t, std::size_t> slice(std::size_t count, std::size_t elem, std::size_t q) const noexcept {
