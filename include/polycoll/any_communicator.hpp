@@ -8,13 +8,48 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include <polycoll/communicator.hpp>
+#include <polycoll/group.hpp>
 
 namespace polycoll {
+
+class AnyCommunicator;
+
+namespace detail {
+using Counts = std::span<const std::size_t>;
+// One table of function pointers per backend type (AnyCommunicator's).
+struct AnyVTable {
+  std::string_view name;
+  void (*destroy)(void*) noexcept = nullptr;
+  std::size_t (*world_size)(const void*) noexcept = nullptr;
+  std::size_t (*rank)(const void*) noexcept = nullptr;
+  Status (*all_reduce)(void*, std::uint64_t, std::size_t, DType, ReduceOp) = nullptr;
+  Status (*broadcast)(void*, std::uint64_t, std::size_t, DType, std::size_t) = nullptr;
+  Status (*all_gather)(void*, std::uint64_t, std::uint64_t, std::size_t, DType) = nullptr;
+  Status (*reduce_scatter)(void*, std::uint64_t, std::uint64_t, std::size_t, DType, ReduceOp) = nullptr;
+  Status (*send)(void*, std::uint64_t, std::size_t, DType, std::size_t, std::uint32_t) = nullptr;
+  Status (*recv)(void*, std::uint64_t, std::size_t, DType, std::size_t, std::uint32_t) = nullptr;
+  Status (*sync)(void*) = nullptr;
+  Status (*barrier)(void*) = nullptr;
+  Result<std::optional<AnyCommunicator>> (*split)(void*, std::uint32_t, std::uint32_t) = nullptr;
+  StreamSyncOps* (*as_stream_sync)(void*) noexcept = nullptr;
+  Status (*reduce)(void*, std::uint64_t, std::uint64_t, std::size_t, DType, ReduceOp, std::size_t) = nullptr;
+  Status (*gather)(void*, std::uint64_t, std::uint64_t, std::size_t, DType, std::size_t) = nullptr;
+  Status (*scatter)(void*, std::uint64_t, std::uint64_t, std::size_t, DType, std::size_t) = nullptr;
+  Status (*all_to_all)(void*, std::uint64_t, std::uint64_t, std::size_t, DType) = nullptr;
+  Status (*all_gather_v)(void*, std::uint64_t, std::size_t, std::uint64_t, Counts, Counts, DType) = nullptr;
+  Status (*all_to_all_v)(void*, std::uint64_t, Counts, Counts, std::uint64_t, Counts, Counts, DType) = nullptr;
+  Status (*send_recv)(void*, std::uint64_t, std::size_t, std::size_t, std::uint64_t, std::size_t, std::size_t, DType,
+                      std::uint32_t) = nullptr;
+  Status (*group_start)(void*) = nullptr;
+  Status (*group_end)(void*) = nullptr;
+};
+}  // namespace detail
 
 /// A type-erased communicator exposing the seed surface.
 class AnyCommunicator {
@@ -79,6 +114,62 @@ class AnyCommunicator {
     if (!object_) return moved_from("recv");
     return vtable_->recv(object_, ptr, count, dtype, src, tag);
   }
+  /// See Communicator::reduce.
+  [[nodiscard]] Status reduce(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype, ReduceOp op,
+                              std::size_t root) {
+    if (!object_) return moved_from("reduce");
+    return vtable_->reduce(object_, send, recv, count, dtype, op, root);
+  }
+  /// See Communicator::gather.
+  [[nodiscard]] Status gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
+                              std::size_t root) {
+    if (!object_) return moved_from("gather");
+    return vtable_->gather(object_, send, recv, count, dtype, root);
+  }
+  /// See Communicator::scatter.
+  [[nodiscard]] Status scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
+                               std::size_t root) {
+    if (!object_) return moved_from("scatter");
+    return vtable_->scatter(object_, send, recv, count, dtype, root);
+  }
+  /// See Communicator::all_to_all.
+  [[nodiscard]] Status all_to_all(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
+    if (!object_) return moved_from("all_to_all");
+    return vtable_->all_to_all(object_, send, recv, count, dtype);
+  }
+  /// See Communicator::all_gather_v.
+  [[nodiscard]] Status all_gather_v(std::uint64_t send, std::size_t send_count, std::uint64_t recv,
+                                    std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
+                                    DType dtype) {
+    if (!object_) return moved_from("all_gather_v");
+    return vtable_->all_gather_v(object_, send, send_count, recv, recv_counts, displs, dtype);
+  }
+  /// See Communicator::all_to_all_v.
+  [[nodiscard]] Status all_to_all_v(std::uint64_t send, std::span<const std::size_t> send_counts,
+                                    std::span<const std::size_t> send_displs, std::uint64_t recv,
+                                    std::span<const std::size_t> recv_counts,
+                                    std::span<const std::size_t> recv_displs, DType dtype) {
+    if (!object_) return moved_from("all_to_all_v");
+    return vtable_->all_to_all_v(object_, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+  }
+  /// See Communicator::send_recv.
+  [[nodiscard]] Status send_recv(std::uint64_t send, std::size_t send_count, std::size_t dest, std::uint64_t recv,
+                                 std::size_t recv_count, std::size_t src, DType dtype, std::uint32_t tag) {
+    if (!object_) return moved_from("send_recv");
+    return vtable_->send_recv(object_, send, send_count, dest, recv, recv_count, src, dtype, tag);
+  }
+  /// See Communicator::group_start.
+  [[nodiscard]] Status group_start() {
+    if (!object_) return moved_from("group_start");
+    return vtable_->group_start(object_);
+  }
+  /// See Communicator::group_end.
+  [[nodiscard]] Status group_end() {
+    if (!object_) return moved_from("group_end");
+    return vtable_->group_end(object_);
+  }
+  /// See Communicator::group.
+  [[nodiscard]] Group<AnyCommunicator> group() { return Group<AnyCommunicator>(*this); }
   /// See Communicator::sync.
   [[nodiscard]] Status sync() {
     if (!object_) return moved_from("sync");
@@ -111,22 +202,9 @@ class AnyCommunicator {
   }
 
  private:
-  struct VTable {
-    std::string_view name;
-    void (*destroy)(void*) noexcept;
-    std::size_t (*world_size)(const void*) noexcept;
-    std::size_t (*rank)(const void*) noexcept;
-    Status (*all_reduce)(void*, std::uint64_t, std::size_t, DType, ReduceOp);
-    Status (*broadcast)(void*, std::uint64_t, std::size_t, DType, std::size_t);
-    Status (*all_gather)(void*, std::uint64_t, std::uint64_t, std::size_t, DType);
-    Status (*reduce_scatter)(void*, std::uint64_t, std::uint64_t, std::size_t, DType, ReduceOp);
-    Status (*send)(void*, std::uint64_t, std::size_t, DType, std::size_t, std::uint32_t);
-    Status (*recv)(void*, std::uint64_t, std::size_t, DType, std::size_t, std::uint32_t);
-    Status (*sync)(void*);
-    Status (*barrier)(void*);
-    Result<std::optional<AnyCommunicator>> (*split)(void*, std::uint32_t, std::uint32_t);
-    StreamSyncOps* (*as_stream_sync)(void*) noexcept;
-  };
+  using Counts = detail::Counts;
+  using VTable = detail::AnyVTable;
+
 
   template <class B>
   static B& as(void* p) noexcept {
@@ -163,14 +241,35 @@ class AnyCommunicator {
           return std::optional<AnyCommunicator>{AnyCommunicator(std::move(**r))};
         },
         [](void* p) noexcept { return as<B>(p).as_stream_sync(); },
+        [](void* p, std::uint64_t s, std::uint64_t r, std::size_t n, DType d, ReduceOp o, std::size_t root) {
+          return as<B>(p).reduce(s, r, n, d, o, root);
+        },
+        [](void* p, std::uint64_t s, std::uint64_t r, std::size_t n, DType d, std::size_t root) {
+          return as<B>(p).gather(s, r, n, d, root);
+        },
+        [](void* p, std::uint64_t s, std::uint64_t r, std::size_t n, DType d, std::size_t root) {
+          return as<B>(p).scatter(s, r, n, d, root);
+        },
+        [](void* p, std::uint64_t s, std::uint64_t r, std::size_t n, DType d) {
+          return as<B>(p).all_to_all(s, r, n, d);
+        },
+        [](void* p, std::uint64_t s, std::size_t n, std::uint64_t r, Counts counts, Counts displs, DType d) {
+          return as<B>(p).all_gather_v(s, n, r, counts, displs, d);
+        },
+        [](void* p, std::uint64_t s, Counts sc, Counts sd, std::uint64_t r, Counts rc, Counts rd, DType d) {
+          return as<B>(p).all_to_all_v(s, sc, sd, r, rc, rd, d);
+        },
+        [](void* p, std::uint64_t s, std::size_t sn, std::size_t dest, std::uint64_t r, std::size_t rn,
+           std::size_t src, DType d, std::uint32_t t) { return as<B>(p).send_recv(s, sn, dest, r, rn, src, d, t); },
+        [](void* p) { return as<B>(p).group_start(); },
+        [](void* p) { return as<B>(p).group_end(); },
     };
   }
 
   template <class B>
   static constexpr VTable vtable_for = make_vtable<B>();
 
-  static constexpr VTable empty_vtable{"none",    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                       nullptr,   nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  static constexpr VTable empty_vtable{.name = "none"};
 
   static tl::unexpected<Error> moved_from(std::string_view call) {
     return fail(Errc::invalid_argument, detail::cat(call, " on a moved-from AnyCommunicator"));

@@ -19,8 +19,10 @@
 #include <utility>
 
 #include <polycoll/detail/call.hpp>
+#include <polycoll/detail/layout.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/error.hpp>
+#include <polycoll/group.hpp>
 #include <polycoll/reduce_op.hpp>
 #include <polycoll/stream_sync.hpp>
 
@@ -169,6 +171,190 @@ class Communicator {
     });
   }
 
+  /// Reduces `count` elements of every rank's `send` into `recv` on `root`.
+  /// `recv` is used on the root only (elsewhere it may be 0); in place on the
+  /// root when `recv == send`.
+  [[nodiscard]] Status reduce(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype, ReduceOp op,
+                              std::size_t root) {
+    auto c = detail::CallDesc::reduction(detail::Call::reduce, count, dtype, op);
+    c.root = root;
+    if (auto s = check_rooted(c, send, recv, count, 1, root, "send buffer", "recv buffer"); !s) return s;
+    return dispatch_reduction(c, [&](auto d, auto o) {
+      using T = typename decltype(d)::type;
+      const T* s = detail::to_ptr<const T>(send);
+      T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
+      if constexpr (requires { self().reduce_impl(d, o, s, r, count, root); }) {
+        return self().reduce_impl(d, o, s, r, count, root);
+      } else {
+        return not_implemented(c);
+      }
+    });
+  }
+
+  /// Gathers `count` elements from every rank into `recv` on `root`
+  /// (count * world_size, rank order); `recv` is used on the root only. In
+  /// place on the root when `send` is its own block of `recv`.
+  [[nodiscard]] Status gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
+                              std::size_t root) {
+    const auto c = detail::CallDesc::rooted(detail::Call::gather, count, dtype, root);
+    if (auto s = check_rooted(c, send, recv, count, world_size(), root, "send buffer", "recv buffer"); !s) return s;
+    return dispatch_movement(c, [&](auto d) {
+      using T = typename decltype(d)::type;
+      const T* s = detail::to_ptr<const T>(send);
+      T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
+      if constexpr (requires { self().gather_impl(d, s, r, count, root); }) {
+        return self().gather_impl(d, s, r, count, root);
+      } else {
+        return not_implemented(c);
+      }
+    });
+  }
+
+  /// Sends block q of `send` on `root` (count * world_size) to rank q's `recv`
+  /// (count); `send` is used on the root only. In place on the root when
+  /// `recv` is its own block of `send`.
+  [[nodiscard]] Status scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
+                               std::size_t root) {
+    const auto c = detail::CallDesc::rooted(detail::Call::scatter, count, dtype, root);
+    if (auto s = check_rooted(c, recv, send, count, world_size(), root, "recv buffer", "send buffer"); !s) return s;
+    return dispatch_movement(c, [&](auto d) {
+      using T = typename decltype(d)::type;
+      const T* s = rank() == root ? detail::to_ptr<const T>(send) : nullptr;
+      T* r = detail::to_ptr<T>(recv);
+      if constexpr (requires { self().scatter_impl(d, s, r, count, root); }) {
+        return self().scatter_impl(d, s, r, count, root);
+      } else {
+        return not_implemented(c);
+      }
+    });
+  }
+
+  /// Block q of `send` (count elements) goes to rank q, which stores it as block
+  /// `rank()` of its `recv`; both hold count * world_size elements and must not overlap.
+  [[nodiscard]] Status all_to_all(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
+    const auto c = detail::CallDesc::movement(detail::Call::all_to_all, count, dtype);
+    if (auto s = check_buffer(c, send, count, dtype, world_size(), "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, count, dtype, world_size(), "recv buffer"); !s) return s;
+    const std::size_t bytes = count * world_size() * (is_known(dtype) ? size_of(dtype) : 1);
+    if (auto s = check_disjoint(c, send, bytes, recv, bytes); !s) return s;
+    return dispatch_movement(c, [&](auto d) {
+      using T = typename decltype(d)::type;
+      const T* s = detail::to_ptr<const T>(send);
+      T* r = detail::to_ptr<T>(recv);
+      if constexpr (requires { self().all_to_all_impl(d, s, r, count); }) {
+        return self().all_to_all_impl(d, s, r, count);
+      } else {
+        return not_implemented(c);
+      }
+    });
+  }
+
+  /// all_gather with per-rank counts: rank q contributes `recv_counts[q]`
+  /// elements (this rank's `send_count` must equal `recv_counts[rank()]`),
+  /// stored at element offset `displs[q]` of `recv`; empty `displs` packs the
+  /// blocks in rank order. In place when `send` is this rank's block of `recv`.
+  /// The call's count in messages and fingerprints is the total gathered.
+  [[nodiscard]] Status all_gather_v(std::uint64_t send, std::size_t send_count, std::uint64_t recv,
+                                    std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
+                                    DType dtype) {
+    auto c = detail::CallDesc::movement(detail::Call::all_gather_v, send_count, dtype);
+    if (recv_counts.size() == world_size()) {
+      c.count = 0;
+      for (std::size_t n : recv_counts) c.count += n;
+    }
+    std::size_t extent = 0;
+    if (auto s = check_v(c, recv_counts, displs, "recv_counts", "displs", extent); !s) return s;
+    if (recv_counts[rank()] != send_count) {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat("send_count ", send_count, " differs from recv_counts[", rank(),
+                                              "] = ", recv_counts[rank()])));
+    }
+    if (auto s = check_buffer(c, send, send_count, dtype, 1, "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, extent, dtype, 1, "recv buffer"); !s) return s;
+    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
+    const detail::VLayout layout{recv_counts.data(), displs.empty() ? nullptr : displs.data(), world_size()};
+    if (send != recv + layout.displ(rank()) * elem) {
+      if (auto s = check_disjoint(c, send, send_count * elem, recv, extent * elem); !s) return s;
+    }
+    return dispatch_movement(c, [&](auto d) {
+      using T = typename decltype(d)::type;
+      const T* s = detail::to_ptr<const T>(send);
+      T* r = detail::to_ptr<T>(recv);
+      if constexpr (requires { self().all_gather_v_impl(d, s, send_count, r, layout); }) {
+        return self().all_gather_v_impl(d, s, send_count, r, layout);
+      } else {
+        return not_implemented(c);
+      }
+    });
+  }
+
+  /// all_to_all with per-rank counts: `send_counts[q]` elements at offset
+  /// `send_displs[q]` of `send` go to rank q, which receives them as its
+  /// `recv_counts[rank()]` elements at offset `recv_displs[rank()]` of `recv`
+  /// (the two counts of a pair must be equal). Empty displacements pack the
+  /// blocks in rank order. `send` and `recv` must not overlap.
+  [[nodiscard]] Status all_to_all_v(std::uint64_t send, std::span<const std::size_t> send_counts,
+                                    std::span<const std::size_t> send_displs, std::uint64_t recv,
+                                    std::span<const std::size_t> recv_counts,
+                                    std::span<const std::size_t> recv_displs, DType dtype) {
+    auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, dtype);
+    std::size_t send_extent = 0, recv_extent = 0;
+    if (auto s = check_v(c, send_counts, send_displs, "send_counts", "send_displs", send_extent); !s) return s;
+    if (auto s = check_v(c, recv_counts, recv_displs, "recv_counts", "recv_displs", recv_extent); !s) return s;
+    if (auto s = check_buffer(c, send, send_extent, dtype, 1, "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, recv_extent, dtype, 1, "recv buffer"); !s) return s;
+    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
+    if (auto s = check_disjoint(c, send, send_extent * elem, recv, recv_extent * elem); !s) return s;
+    const std::size_t w = world_size();
+    const detail::VLayout sl{send_counts.data(), send_displs.empty() ? nullptr : send_displs.data(), w};
+    const detail::VLayout rl{recv_counts.data(), recv_displs.empty() ? nullptr : recv_displs.data(), w};
+    return dispatch_movement(c, [&](auto d) {
+      using T = typename decltype(d)::type;
+      const T* s = detail::to_ptr<const T>(send);
+      T* r = detail::to_ptr<T>(recv);
+      if constexpr (requires { self().all_to_all_v_impl(d, s, sl, r, rl); }) {
+        return self().all_to_all_v_impl(d, s, sl, r, rl);
+      } else {
+        return not_implemented(c);
+      }
+    });
+  }
+
+  /// send to `dest` and recv from `src` as one group (non-blocking, complete
+  /// after sync(), like send and recv): the exchange a halo swap needs.
+  [[nodiscard]] Status send_recv(std::uint64_t send, std::size_t send_count, std::size_t dest, std::uint64_t recv,
+                                 std::size_t recv_count, std::size_t src, DType dtype, std::uint32_t tag) {
+    const auto c = detail::CallDesc::p2p(detail::Call::send_recv, send_count, dtype, dest, tag);
+    if (auto s = check_rank(c, dest, "dest"); !s) return s;
+    if (auto s = check_rank(c, src, "src"); !s) return s;
+    if (auto s = check_buffer(c, send, send_count, dtype, 1, "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, recv_count, dtype, 1, "recv buffer"); !s) return s;
+    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
+    if (auto s = check_disjoint(c, send, send_count * elem, recv, recv_count * elem); !s) return s;
+    if (auto s = group_start(); !s) return s;
+    Status sent = this->send(send, send_count, dtype, dest, tag);
+    Status received = sent ? this->recv(recv, recv_count, dtype, src, tag) : Status{};
+    Status ended = group_end();
+    if (!sent) return sent;
+    if (!received) return received;
+    return ended;
+  }
+
+  /// Opens a group: work submitted until the matching group_end() is issued
+  /// as one batch (see group.hpp). Groups nest; the outermost end issues.
+  [[nodiscard]] Status group_start() {
+    if constexpr (requires { self().group_start_impl(); }) return self().group_start_impl();
+    else return {};  // a backend without groups: nothing to batch
+  }
+  /// Closes the innermost open group; Errc::invalid_argument without one.
+  [[nodiscard]] Status group_end() {
+    if constexpr (requires { self().group_end_impl(); }) return self().group_end_impl();
+    else return {};
+  }
+  /// `auto g = comm.group(); ...; g.end()`: group_start() now, group_end() at
+  /// end() or destruction.
+  [[nodiscard]] Group<Communicator> group() { return Group<Communicator>(*this); }
+
   /// Completes all pending work: outputs are valid and inputs reusable.
   [[nodiscard]] Status sync() { return self().sync_impl(); }
 
@@ -303,6 +489,152 @@ class Communicator {
     return recv(detail::to_address(s.data()), s.size(), dtype_of_v<T>, src, tag);
   }
 
+  /// Typed reduce with a compile-time op: on the root `recv.size()` must be
+  /// `send.size()`; elsewhere `recv` is not used (pass an empty span).
+  template <detail::buffer_range S, detail::buffer_range R, ReduceOp Op>
+  [[nodiscard]] Status reduce(S&& send, R&& recv, op_tag<Op>, std::size_t root) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("reduce");
+    constexpr DType D = dtype_of_v<TR>;
+    static_assert(is_valid_v<D, Op>,
+                  "polycoll::Communicator::reduce: this op is not defined for this element type "
+                  "(min/max on complex, avg on integers or bool)");
+    static_assert(supports_reduction_v<Backend, D, Op>,
+                  "polycoll::Communicator::reduce: the backend does not support this (element type, op) pair");
+    return reduce(send, recv, Op, root);
+  }
+
+  /// Typed reduce with a run-time op.
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status reduce(S&& send, R&& recv, ReduceOp op, std::size_t root) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("reduce");
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    auto c = detail::CallDesc::reduction(detail::Call::reduce, s.size(), dtype_of_v<TR>, op);
+    c.root = root;
+    if (rank() == root) {
+      if (auto st = check_span_sizes(c, r.size(), s.size(), "recv.size()", "send.size()", 1); !st) return st;
+    }
+    return reduce(detail::to_address(s.data()), detail::to_address(r.data()), s.size(), dtype_of_v<TR>, op, root);
+  }
+
+  /// Typed gather: on the root `recv.size()` must be `send.size() * world_size()`.
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status gather(S&& send, R&& recv, std::size_t root) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("gather");
+    check_movable<TR>();
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    const auto c = detail::CallDesc::rooted(detail::Call::gather, s.size(), dtype_of_v<TR>, root);
+    if (rank() == root) {
+      if (auto st = check_span_sizes(c, r.size(), s.size(), "recv.size()", "send.size()"); !st) return st;
+    }
+    return gather(detail::to_address(s.data()), detail::to_address(r.data()), s.size(), dtype_of_v<TR>, root);
+  }
+
+  /// Typed scatter: on the root `send.size()` must be `recv.size() * world_size()`.
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status scatter(S&& send, R&& recv, std::size_t root) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("scatter");
+    check_movable<TR>();
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    const auto c = detail::CallDesc::rooted(detail::Call::scatter, r.size(), dtype_of_v<TR>, root);
+    if (rank() == root) {
+      if (auto st = check_span_sizes(c, s.size(), r.size(), "send.size()", "recv.size()"); !st) return st;
+    }
+    return scatter(detail::to_address(s.data()), detail::to_address(r.data()), r.size(), dtype_of_v<TR>, root);
+  }
+
+  /// Typed all_to_all: `send.size() == recv.size()`, a multiple of `world_size()`.
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status all_to_all(S&& send, R&& recv) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("all_to_all");
+    check_movable<TR>();
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    const std::size_t w = std::max<std::size_t>(world_size(), 1);
+    const auto c = detail::CallDesc::movement(detail::Call::all_to_all, r.size() / w, dtype_of_v<TR>);
+    if (s.size() != r.size() || r.size() % w != 0) {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat("send.size() ", s.size(), " and recv.size() ", r.size(),
+                                              " must be equal and a multiple of world_size ", w)));
+    }
+    return all_to_all(detail::to_address(s.data()), detail::to_address(r.data()), r.size() / w, dtype_of_v<TR>);
+  }
+
+  /// Typed all_gather_v: `counts[q]` elements from rank q at `displs[q]` of
+  /// `recv` (empty `displs`: packed); `send.size()` must be `counts[rank()]`
+  /// and `recv` must hold every block.
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status all_gather_v(S&& send, R&& recv, std::span<const std::size_t> counts,
+                                    std::span<const std::size_t> displs = {}) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("all_gather_v");
+    check_movable<TR>();
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    const auto c = detail::CallDesc::movement(detail::Call::all_gather_v, s.size(), dtype_of_v<TR>);
+    std::size_t extent = 0;
+    if (auto st = check_v(c, counts, displs, "counts", "displs", extent); !st) return st;
+    if (auto st = check_extent(c, r.size(), extent, "recv"); !st) return st;
+    return all_gather_v(detail::to_address(s.data()), s.size(), detail::to_address(r.data()), counts, displs,
+                        dtype_of_v<TR>);
+  }
+
+  /// Typed all_to_all_v with packed blocks (displacements: prefix sums of the counts).
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status all_to_all_v(S&& send, std::span<const std::size_t> send_counts, R&& recv,
+                                    std::span<const std::size_t> recv_counts) {
+    return all_to_all_v(send, send_counts, std::span<const std::size_t>{}, recv, recv_counts,
+                        std::span<const std::size_t>{});
+  }
+
+  /// Typed all_to_all_v with explicit displacements (elements).
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status all_to_all_v(S&& send, std::span<const std::size_t> send_counts,
+                                    std::span<const std::size_t> send_displs, R&& recv,
+                                    std::span<const std::size_t> recv_counts,
+                                    std::span<const std::size_t> recv_displs) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("all_to_all_v");
+    check_movable<TR>();
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, dtype_of_v<TR>);
+    std::size_t send_extent = 0, recv_extent = 0;
+    if (auto st = check_v(c, send_counts, send_displs, "send_counts", "send_displs", send_extent); !st) return st;
+    if (auto st = check_v(c, recv_counts, recv_displs, "recv_counts", "recv_displs", recv_extent); !st) return st;
+    if (auto st = check_extent(c, s.size(), send_extent, "send"); !st) return st;
+    if (auto st = check_extent(c, r.size(), recv_extent, "recv"); !st) return st;
+    return all_to_all_v(detail::to_address(s.data()), send_counts, send_displs, detail::to_address(r.data()),
+                        recv_counts, recv_displs, dtype_of_v<TR>);
+  }
+
+  /// Typed send_recv: `send` to `dest` and `recv` from `src`, as one group.
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status send_recv(S&& send, std::size_t dest, R&& recv, std::size_t src, std::uint32_t tag) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("send_recv");
+    check_movable<TR>();
+    const std::span<const TS> s(send);
+    const std::span<TR> r(recv);
+    return send_recv(detail::to_address(s.data()), s.size(), dest, detail::to_address(r.data()), r.size(), src,
+                     dtype_of_v<TR>, tag);
+  }
+
  protected:
   Communicator() = default;
   Communicator(const Communicator&) = default;
@@ -361,15 +693,80 @@ class Communicator {
     return tl::unexpected(error(Errc::invalid_argument, c, detail::cat(what, " is null with count > 0")));
   }
 
+  // Send and recv element types of a typed call agree, and recv is writable.
+  template <class TS, class TR>
+  static constexpr void check_pair(const char*) {
+    static_assert(std::is_same_v<TS, std::remove_const_t<TR>>,
+                  "polycoll::Communicator: send and recv element types differ");
+    static_assert(!std::is_const_v<TR>, "polycoll::Communicator: recv is written; pass a mutable span");
+    detail::check_element_type<std::remove_const_t<TR>>();
+  }
+
+  Status check_extent(const detail::CallDesc& c, std::size_t have, std::size_t need, const char* what) const {
+    if (have < need) [[unlikely]] {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat(what, ".size() is ", have, ", the counts and displacements need ",
+                                              need)));
+    }
+    return {};
+  }
+
+  // `big` must be `small` x blocks (world_size by default).
   Status check_span_sizes(const detail::CallDesc& c, std::size_t big, std::size_t small, const char* big_name,
-                          const char* small_name) const {
-    const std::size_t w = std::max<std::size_t>(world_size(), 1);
+                          const char* small_name, std::size_t blocks = 0) const {
+    const std::size_t w = blocks != 0 ? blocks : std::max<std::size_t>(world_size(), 1);
     if (small > std::numeric_limits<std::size_t>::max() / w || big != small * w) {
       return tl::unexpected(error(Errc::invalid_argument, c,
                                   detail::cat(big_name, " is ", big, ", expected ", small_name,
                                               " x world_size = ", small, " x ", w)));
     }
     return {};
+  }
+
+  // A rooted call: `local` (count elements) on every rank, `at_root` (count x
+  // blocks) on the root only. They may coincide only in the in-place form:
+  // local is the root's own block of at_root (block 0 when blocks is 1).
+  Status check_rooted(const detail::CallDesc& c, std::uint64_t local, std::uint64_t at_root, std::size_t count,
+                      std::size_t blocks, std::size_t root, const char* local_name, const char* root_name) const {
+    if (auto s = check_rank(c, root, "root"); !s) return s;
+    if (auto s = check_buffer(c, local, count, c.dtype, 1, local_name); !s) return s;
+    if (rank() != root) return {};
+    if (auto s = check_buffer(c, at_root, count, c.dtype, blocks, root_name); !s) return s;
+    const std::size_t elem = is_known(c.dtype) ? size_of(c.dtype) : 1;
+    const std::uint64_t own = at_root + (blocks == 1 ? 0 : root * count * elem);
+    if (local == own) return {};
+    return check_disjoint(c, local, count * elem, at_root, count * blocks * elem);
+  }
+
+  // Two byte ranges the call reads and writes must not overlap (apart from the
+  // in-place forms the callers allow before asking).
+  Status check_disjoint(const detail::CallDesc& c, std::uint64_t a, std::size_t a_bytes, std::uint64_t b,
+                        std::size_t b_bytes) const {
+    if (a_bytes != 0 && b_bytes != 0 && a < b + b_bytes && b < a + a_bytes) [[unlikely]] {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  "send and recv buffers overlap (other than in the documented in-place form)"));
+    }
+    return {};
+  }
+
+  // The counts and displacements of a v-collective; `extent` gets the
+  // elements the buffer must hold.
+  Status check_v(const detail::CallDesc& c, std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                 const char* counts_name, const char* displs_name, std::size_t& extent) const {
+    std::size_t bad = 0;
+    if (const char* why = detail::check_layout(counts, displs, world_size(), extent, bad)) [[unlikely]] {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat(counts_name, " (", counts.size(), ") / ", displs_name, " (",
+                                              displs.size(), ") ", why, " (world_size ", world_size(),
+                                              ", at rank ", bad, ')')));
+    }
+    return {};
+  }
+
+  // A backend written against the seed surface alone: the newer calls are
+  // Errc::unsupported on it (AnyCommunicator still holds it).
+  Status not_implemented(const detail::CallDesc& c) const {
+    return tl::unexpected(error(Errc::unsupported, c, "the backend does not implement this call"));
   }
 
   Error unknown_dtype(const detail::CallDesc& c) const {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -15,13 +16,19 @@
 
 namespace polycoll::detail {
 
-enum class Call : std::uint8_t { all_reduce, broadcast, all_gather, reduce_scatter, send, recv, sync, barrier, split };
+enum class Call : std::uint8_t {
+  all_reduce, broadcast, all_gather, reduce_scatter, send, recv, sync, barrier, split,
+  reduce, gather, scatter, all_to_all, all_gather_v, all_to_all_v, send_recv, group_start, group_end,
+  count_  // number of calls, for the completeness check below
+};
 
-constexpr std::string_view call_name(Call c) noexcept {
-  constexpr std::string_view names[] = {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "send",
-                                        "recv",       "sync",      "barrier",    "split"};
-  return names[static_cast<std::uint8_t>(c)];
-}
+inline constexpr std::string_view call_names[] = {
+    "all_reduce", "broadcast",  "all_gather",   "reduce_scatter", "send",      "recv",
+    "sync",       "barrier",    "split",        "reduce",         "gather",    "scatter",
+    "all_to_all", "all_gather_v", "all_to_all_v", "send_recv",    "group_start", "group_end"};
+static_assert(std::size(call_names) == static_cast<std::size_t>(Call::count_), "a Call without a name");
+
+constexpr std::string_view call_name(Call c) noexcept { return call_names[static_cast<std::uint8_t>(c)]; }
 
 inline constexpr std::size_t npos = std::numeric_limits<std::size_t>::max();
 
