@@ -5,6 +5,7 @@
 /// Useful as the serial build of a distributed code and as the reference for
 /// the cost of the front end.
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -67,6 +68,7 @@ class NoOp : public Communicator<NoOp> {
     std::mutex mutex;
     std::deque<Message> sends;
     std::deque<Message> recvs;
+    std::atomic<std::size_t> groups{0};  // open groups (nothing to batch with one rank)
   };
 
   std::size_t world_size_impl() const noexcept { return 1; }
@@ -90,6 +92,58 @@ class NoOp : public Communicator<NoOp> {
     copy(send, recv, count);
     return {};
   }
+  // One rank: every rooted or all-to-all collective moves send to recv.
+  template <DType D, ReduceOp Op, class T>
+  Status reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count, std::size_t) noexcept {
+    copy(send, recv, count);
+    return {};
+  }
+  template <DType D, class T>
+  Status gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t) noexcept {
+    copy(send, recv, count);
+    return {};
+  }
+  template <DType D, class T>
+  Status scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t) noexcept {
+    copy(send, recv, count);
+    return {};
+  }
+  template <DType D, class T>
+  Status all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) noexcept {
+    copy(send, recv, count);
+    return {};
+  }
+  template <DType D, class T>
+  Status all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv,
+                           const detail::VLayout& layout) noexcept {
+    copy(send, recv + layout.displ(0), send_count);
+    return {};
+  }
+  template <DType D, class T>
+  Status all_to_all_v_impl(dtype_tag<D>, const T* send, const detail::VLayout& sl, T* recv,
+                           const detail::VLayout& rl) {
+    if (sl.count(0) != rl.count(0)) {
+      return tl::unexpected(error(Errc::mismatch, detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D),
+                                  detail::cat("send_counts[0] = ", sl.count(0), " but recv_counts[0] = ", rl.count(0),
+                                              ": a pair's counts must be equal")));
+    }
+    copy(send + sl.displ(0), recv + rl.displ(0), sl.count(0));
+    return {};
+  }
+
+  Status group_start_impl() noexcept {
+    ++p2p_->groups;
+    return {};
+  }
+  Status group_end_impl() {
+    if (p2p_->groups == 0) {
+      return tl::unexpected(error(Errc::invalid_argument, detail::CallDesc::plain(detail::Call::group_end),
+                                  "no open group (group_end without group_start)"));
+    }
+    --p2p_->groups;
+    return {};
+  }
+
   template <DType D, class T>
   Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
     std::lock_guard lock(p2p_->mutex);

@@ -30,6 +30,7 @@
 
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
+#include <polycoll/detail/layout.hpp>
 #include <polycoll/detail/wait.hpp>
 #include <polycoll/kernels/reduce.hpp>
 #include <polycoll/log.hpp>
@@ -67,6 +68,11 @@ struct World;
 // memcpy, except that an empty copy may have null pointers (memcpy's may not).
 inline void copy(void* dst, const void* src, std::size_t bytes) noexcept {
   if (bytes != 0) std::memcpy(dst, src, bytes);
+}
+
+// copy(), except that dst == src (an in-place block) copies nothing.
+inline void move(void* dst, const void* src, std::size_t bytes) noexcept {
+  if (dst != src) copy(dst, src, bytes);
 }
 
 // The n source pointers of one reduction: inline for the usual world sizes.
@@ -114,6 +120,8 @@ struct alignas(64) RankState {
   std::uint32_t color = 0;
   std::uint32_t key = 0;
   std::shared_ptr<World> split_result;
+  std::size_t send_count = 0;  // all_gather_v: this rank's contribution
+  VLayout send_layout;         // all_to_all_v: this rank's send blocks
   CallDesc current[2] = {};  // the collective in progress, by its first phase's parity (checks)
 
   // Owned by this rank's submitting thread (under `submit`).
@@ -128,6 +136,7 @@ struct alignas(64) RankState {
   alignas(64) std::atomic<std::uint32_t> p2p_pending{0};  // this rank's posted, incomplete ops
   std::mutex error_mutex;
   std::optional<Error> p2p_error;
+  std::atomic<std::size_t> groups{0};  // open groups (p2p is posted as submitted: nothing to batch)
 };
 
 inline bool check_from_environment() noexcept {
@@ -237,6 +246,7 @@ class Threads : public Communicator<Threads> {
   friend class Communicator<Threads>;
   using RankState = detail::threads::RankState;
   using World = detail::threads::World;
+  using VLayout = detail::VLayout;
 
   Threads(std::shared_ptr<World> world, std::size_t rank) noexcept : world_(std::move(world)), rank_(rank) {}
 
@@ -468,6 +478,165 @@ class Threads : public Communicator<Threads> {
       if (q != rank_) detail::threads::copy(recv + q * count, peer(q).send, bytes);
     }
     return phase(c->call, dl);
+  }
+
+  // Rooted and all-to-all collectives: every rank publishes its buffers, one
+  // phase, every rank moves the part it owns straight between the published
+  // buffers (no staging copy), a closing phase so nobody leaves while a peer
+  // still reads its buffers.
+
+  template <DType D, ReduceOp Op, class T>
+  Status reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count, std::size_t root) {
+    auto desc = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
+    desc.root = root;
+    auto c = begin(desc);
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    const std::size_t n = world_->n;
+    if (n == 1) {
+      detail::threads::move(recv, send, count * sizeof(T));
+      return {};
+    }
+    RankState& m = me();
+    m.send = send;
+    m.recv = recv;
+    if (auto s = arrive(c->call, dl); !s) return s;
+    // This rank's slice of the result, written into the root's recv; the
+    // root's contribution is source 0, since in place it IS the destination.
+    const auto [lo, hi] = slice(count, sizeof(T), rank_);
+    if (hi > lo) {
+      detail::threads::Sources<T> src(n);
+      src[0] = static_cast<const T*>(peer(root).send) + lo;
+      for (std::size_t q = 0, j = 1; q < n; ++q) {
+        if (q != root) src[j++] = static_cast<const T*>(peer(q).send) + lo;
+      }
+      kernels::combine_n(d, o, static_cast<T*>(peer(root).recv) + lo, src.data(), n, hi - lo, n);
+    }
+    return phase(c->call, dl);
+  }
+
+  template <DType D, class T>
+  Status gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+    auto c = begin(detail::CallDesc::rooted(detail::Call::gather, count, D, root));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    if (world_->n == 1) {
+      detail::threads::move(recv, send, count * sizeof(T));
+      return {};
+    }
+    me().recv = recv;
+    if (auto s = arrive(c->call, dl); !s) return s;
+    detail::threads::move(static_cast<T*>(peer(root).recv) + rank_ * count, send, count * sizeof(T));
+    return phase(c->call, dl);
+  }
+
+  template <DType D, class T>
+  Status scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+    auto c = begin(detail::CallDesc::rooted(detail::Call::scatter, count, D, root));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    if (world_->n == 1) {
+      detail::threads::move(recv, send, count * sizeof(T));
+      return {};
+    }
+    me().send = send;
+    if (auto s = arrive(c->call, dl); !s) return s;
+    detail::threads::move(recv, static_cast<const T*>(peer(root).send) + rank_ * count, count * sizeof(T));
+    return phase(c->call, dl);
+  }
+
+  template <DType D, class T>
+  Status all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+    auto c = begin(detail::CallDesc::movement(detail::Call::all_to_all, count, D));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    const std::size_t n = world_->n;
+    me().send = send;
+    if (n > 1) {
+      if (auto s = arrive(c->call, dl); !s) return s;
+    }
+    for (std::size_t q = 0; q < n; ++q) {
+      detail::threads::copy(recv + q * count, static_cast<const T*>(peer(q).send) + rank_ * count, count * sizeof(T));
+    }
+    return n > 1 ? phase(c->call, dl) : Status{};
+  }
+
+  template <DType D, class T>
+  Status all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv, const VLayout& layout) {
+    auto c = begin(detail::CallDesc::movement(detail::Call::all_gather_v, layout.total(), D));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    const std::size_t n = world_->n;
+    RankState& m = me();
+    m.send = send;
+    m.send_count = send_count;
+    if (n > 1) {
+      if (auto s = arrive(c->call, dl); !s) return s;
+    }
+    std::string bad;
+    layout.each([&](std::size_t q, std::size_t cnt, std::size_t displ) {
+      const std::size_t sent = peer(q).send_count;
+      if (sent != cnt) {
+        bad += detail::cat(bad.empty() ? "" : "; ", "rank ", q, " sends ", sent, ", recv_counts[", q, "] = ", cnt);
+      } else {
+        detail::threads::move(recv + displ, static_cast<const T*>(peer(q).send), cnt * sizeof(T));
+      }
+    });
+    if (n > 1) {
+      if (auto s = phase(c->call, dl); !s) return s;
+    }
+    if (!bad.empty()) return tl::unexpected(error(Errc::mismatch, c->call, detail::cat("counts disagree: ", bad)));
+    return {};
+  }
+
+  template <DType D, class T>
+  Status all_to_all_v_impl(dtype_tag<D>, const T* send, const VLayout& sl, T* recv, const VLayout& rl) {
+    auto c = begin(detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D));
+    if (!c) return tl::unexpected(std::move(c.error()));
+    const auto dl = deadline();
+    const std::size_t n = world_->n;
+    RankState& m = me();
+    m.send = send;
+    m.send_layout = sl;
+    if (n > 1) {
+      if (auto s = arrive(c->call, dl); !s) return s;
+    }
+    std::string bad;
+    Errc code = Errc::mismatch;
+    rl.each([&](std::size_t q, std::size_t cnt, std::size_t displ) {
+      const VLayout& theirs = peer(q).send_layout;
+      const std::size_t sent = theirs.count(rank_);
+      if (sent != cnt) {
+        if (sent > cnt) code = Errc::truncated;
+        bad += detail::cat(bad.empty() ? "" : "; ", "rank ", q, " sends ", sent, ", recv_counts[", q, "] = ", cnt);
+      } else {
+        detail::threads::copy(recv + displ, static_cast<const T*>(peer(q).send) + theirs.displ(rank_),
+                              cnt * sizeof(T));
+      }
+    });
+    if (n > 1) {
+      if (auto s = phase(c->call, dl); !s) return s;
+    }
+    if (!bad.empty()) return tl::unexpected(error(code, c->call, detail::cat("counts disagree: ", bad)));
+    return {};
+  }
+
+  // p2p is posted as it is submitted and the exchange pattern cannot
+  // deadlock, so a group has nothing to batch; it only nests.
+  Status group_start_impl() {
+    if (!world_) return tl::unexpected(moved_from(detail::CallDesc::plain(detail::Call::group_start)));
+    me().groups.fetch_add(1, std::memory_order_relaxed);
+    return {};
+  }
+  Status group_end_impl() {
+    const auto call = detail::CallDesc::plain(detail::Call::group_end);
+    if (!world_) return tl::unexpected(moved_from(call));
+    auto& g = me().groups;
+    std::size_t open = g.load(std::memory_order_relaxed);
+    do {
+      if (open == 0) return tl::unexpected(error(Errc::invalid_argument, call, "no open group (group_end without group_start)"));
+    } while (!g.compare_exchange_weak(open, open - 1, std::memory_order_relaxed));
+    return {};
   }
 
   // Reduces this rank's slice of the in-place all_reduce: own buffer first (it is the destination).
