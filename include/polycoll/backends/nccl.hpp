@@ -351,6 +351,156 @@ class Nccl : public Communicator<Nccl> {
                       });
   }
 
+  template <DType D, ReduceOp Op, class T>
+  Status reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count, std::size_t root) {
+    auto c = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
+    c.root = root;
+    if (!e_) return moved_from(c);
+    // recv is null off the root, which NCCL allows there.
+    return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclReduce",
+                      [&](ncclComm_t comm, cudaStream_t s) {
+                        return ncclReduce(send, recv, count * map<D>::scale, map<D>::type,
+                                          detail::nccl::red_op<D, Op>(), static_cast<int>(root), comm, s);
+                      });
+  }
+
+  // NCCL 2.28 has gather, scatter and all-to-all; before it they are grouped
+  // send/recv, which is what NCCL itself does for them.
+  template <DType D, class T>
+  Status gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+    const auto c = detail::CallDesc::rooted(detail::Call::gather, count, D, root);
+    if (!e_) return moved_from(c);
+    const std::size_t n = count * map<D>::scale, w = e_->size();
+    return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclGather",
+                      [&](ncclComm_t comm, cudaStream_t s) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+                        (void)w;
+                        return ncclGather(send, recv, n, map<D>::type, static_cast<int>(root), comm, s);
+#else
+                        return grouped_p2p<D>(comm, s, [&](auto&& send_to, auto&& recv_from) {
+                          send_to(send, n, root);
+                          if (recv) {
+                            for (std::size_t q = 0; q < w; ++q) recv_from(static_cast<T*>(recv) + q * count, n, q);
+                          }
+                        });
+#endif
+                      });
+  }
+
+  template <DType D, class T>
+  Status scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+    const auto c = detail::CallDesc::rooted(detail::Call::scatter, count, D, root);
+    if (!e_) return moved_from(c);
+    const std::size_t n = count * map<D>::scale, w = e_->size();
+    return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclScatter",
+                      [&](ncclComm_t comm, cudaStream_t s) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+                        (void)w;
+                        return ncclScatter(send, recv, n, map<D>::type, static_cast<int>(root), comm, s);
+#else
+                        return grouped_p2p<D>(comm, s, [&](auto&& send_to, auto&& recv_from) {
+                          if (send) {
+                            for (std::size_t q = 0; q < w; ++q) send_to(send + q * count, n, q);
+                          }
+                          recv_from(recv, n, root);
+                        });
+#endif
+                      });
+  }
+
+  template <DType D, class T>
+  Status all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+    const auto c = detail::CallDesc::movement(detail::Call::all_to_all, count, D);
+    if (!e_) return moved_from(c);
+    const std::size_t n = count * map<D>::scale, w = e_->size();
+    return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclAlltoAll",
+                      [&](ncclComm_t comm, cudaStream_t s) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+                        (void)w;
+                        return ncclAlltoAll(send, recv, n, map<D>::type, comm, s);
+#else
+                        return grouped_p2p<D>(comm, s, [&](auto&& send_to, auto&& recv_from) {
+                          for (std::size_t q = 0; q < w; ++q) {
+                            send_to(send + q * count, n, q);
+                            recv_from(recv + q * count, n, q);
+                          }
+                        });
+#endif
+                      });
+  }
+
+  // NCCL has no v-collectives: grouped send/recv, launched at once (like the
+  // other collectives, not queued for sync() as user send/recv are), so that
+  // stream order with the collectives around it holds.
+  template <DType D, class T>
+  Status all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv,
+                           const detail::VLayout& layout) {
+    const auto c = detail::CallDesc::movement(detail::Call::all_gather_v, layout.total(), D);
+    if (!e_) return moved_from(c);
+    const std::size_t w = e_->size();
+    return e_->submit(c, {{send_count ? send : nullptr, "send buffer"}, {c.count ? recv : nullptr, "recv buffer"}},
+                      "ncclGroupEnd (all_gather_v)", [&](ncclComm_t comm, cudaStream_t s) {
+                        return grouped_p2p<D>(comm, s, [&](auto&& send_to, auto&& recv_from) {
+                          for (std::size_t q = 0; q < w; ++q) send_to(send, send_count * map<D>::scale, q);
+                          layout.each([&](std::size_t q, std::size_t cnt, std::size_t displ) {
+                            recv_from(recv + displ, cnt * map<D>::scale, q);
+                          });
+                        });
+                      });
+  }
+
+  template <DType D, class T>
+  Status all_to_all_v_impl(dtype_tag<D>, const T* send, const detail::VLayout& sl, T* recv,
+                           const detail::VLayout& rl) {
+    const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D);
+    if (!e_) return moved_from(c);
+    return e_->submit(c, {{sl.total() ? send : nullptr, "send buffer"}, {rl.total() ? recv : nullptr, "recv buffer"}},
+                      "ncclGroupEnd (all_to_all_v)", [&](ncclComm_t comm, cudaStream_t s) {
+                        return grouped_p2p<D>(comm, s, [&](auto&& send_to, auto&& recv_from) {
+                          sl.each([&](std::size_t q, std::size_t cnt, std::size_t displ) {
+                            send_to(send + displ, cnt * map<D>::scale, q);
+                          });
+                          rl.each([&](std::size_t q, std::size_t cnt, std::size_t displ) {
+                            recv_from(recv + displ, cnt * map<D>::scale, q);
+                          });
+                        });
+                      });
+  }
+
+  // ncclGroupStart; body(send_to, recv_from) issues ncclSend/ncclRecv of
+  // (ptr, NCCL elements, peer), empty ones skipped; ncclGroupEnd. The first
+  // failure is returned.
+  template <DType D, class Body>
+  static ncclResult_t grouped_p2p(ncclComm_t comm, cudaStream_t s, Body&& body) {
+    ncclResult_t first = ncclGroupStart();
+    if (first != ncclSuccess) return first;
+    auto keep = [&](ncclResult_t r) {
+      if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
+    };
+    body([&](const void* p, std::size_t n, std::size_t peer) {
+           if (n != 0) keep(ncclSend(p, n, map<D>::type, static_cast<int>(peer), comm, s));
+         },
+         [&](void* p, std::size_t n, std::size_t peer) {
+           if (n != 0) keep(ncclRecv(p, n, map<D>::type, static_cast<int>(peer), comm, s));
+         });
+    const ncclResult_t end = ncclGroupEnd();
+    return first != ncclSuccess ? first : end;
+  }
+
+  // A group opened by group_start() gathers the queued send/recv and launches
+  // them as one ncclGroupStart/End when the outermost group ends, instead of
+  // at the next sync(). Collectives inside it launch as they are submitted.
+  Status group_start_impl() {
+    const auto c = detail::CallDesc::plain(detail::Call::group_start);
+    if (!e_) return moved_from(c);
+    return e_->group_start(c);
+  }
+  Status group_end_impl() {
+    const auto c = detail::CallDesc::plain(detail::Call::group_end);
+    if (!e_) return moved_from(c);
+    return e_->group_end(c);
+  }
+
   // Tags are not sent: NCCL matches a pair's messages in order.
   template <DType D, class T>
   Status send_impl(dtype_tag<D>, const T* buf, std::size_t count, std::size_t dest, std::uint32_t tag) {

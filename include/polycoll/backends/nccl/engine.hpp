@@ -149,6 +149,7 @@ class Engine final : public StreamSyncOps {
       return live(call);
     }
     for (const Arg& a : args) {
+      if (a.ptr == nullptr) continue;  // an empty buffer (the front end rejects null with a count)
       if (auto why = unreachable(a.ptr, device_)) {
         return tl::unexpected(error(Errc::invalid_argument, call, cat(a.what, ": ", *why)));
       }
@@ -196,6 +197,24 @@ class Engine final : public StreamSyncOps {
   [[nodiscard]] Status sync(const CallDesc& c) {
     std::unique_lock g(mutex_);
     return complete(c, g);
+  }
+
+  /// group_start(): one more open group.
+  [[nodiscard]] Status group_start(const CallDesc& c) {
+    std::lock_guard g(mutex_);
+    if (auto s = live(c); !s) return s;
+    ++groups_;
+    return {};
+  }
+
+  /// group_end(): closes a group; the outermost launches the queued
+  /// send/recv as one ncclGroupStart/End now (completion is still sync()'s).
+  [[nodiscard]] Status group_end(const CallDesc& c) {
+    std::lock_guard g(mutex_);
+    if (auto s = live(c); !s) return s;
+    if (groups_ == 0) return tl::unexpected(error(Errc::invalid_argument, c, "no open group (group_end without group_start)"));
+    if (--groups_ != 0) return {};
+    return flush(c);
   }
 
   /// barrier(): sync(), a one-word all-reduce on the scratch buffer, sync().
@@ -662,6 +681,7 @@ class Engine final : public StreamSyncOps {
   std::vector<CallDesc> pending_;  // submitted, not yet known complete (the first max_named)
   std::size_t unnamed_ = 0;        // beyond max_named
   std::vector<P2p> p2p_;           // queued for the next group launch
+  std::size_t groups_ = 0;         // open group_start()s
   std::string dead_;               // why the communicator was aborted
 };
 
