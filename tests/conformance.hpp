@@ -501,3 +501,6 @@ TEST_CASE("bad input is an Error naming call, arguments, rank and backend", "[co
 }
 
 }  // namespace polycoll::test::conformance
+
+// Part two: reduce, gather, scatter, all_to_all, v-variants, send_recv, groups.
+#include "conformance_collectives.hpp"

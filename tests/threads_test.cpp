@@ -5,9 +5,11 @@
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/backends/threads.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -291,6 +293,97 @@ TEST_CASE("consistency check: mismatched calls are Errc::mismatch on every rank"
   CHECK(w[0] == 3.0f);
 }
 
+TEST_CASE("v-collectives: counts that disagree between ranks are errors, not corruption", "[threads][errors][v]") {
+  auto comms = make(2);
+  std::array<Status, 2> res;
+  std::array<std::vector<std::int32_t>, 2> got;
+  auto body = [&](std::size_t r) {
+    // Rank 0 believes rank 1 sends 3 elements; rank 1 sends 2.
+    const std::vector<std::size_t> counts = r == 0 ? std::vector<std::size_t>{1, 3} : std::vector<std::size_t>{1, 2};
+    std::vector<std::int32_t> mine(counts[r], static_cast<std::int32_t>(r + 1));
+    got[r].assign(counts[0] + counts[1], -1);
+    res[r] = comms[r].all_gather_v(std::span<const std::int32_t>(mine), std::span<std::int32_t>(got[r]), counts);
+  };
+  std::thread t(body, 1);
+  body(0);
+  t.join();
+  REQUIRE_FALSE(res[0]);
+  CHECK(res[0].error().code == Errc::mismatch);
+  CHECK(res[0].error().message.find("rank 1 sends 2, recv_counts[1] = 3") != std::string::npos);
+  CHECK(got[0][1] == -1);  // the disagreeing block is left alone
+  CHECK(got[0][0] == 1);
+  REQUIRE(res[1]);  // rank 1's view (1, 2) agrees with what it received
+  CHECK(got[1][2] == 2);
+
+  // all_to_all_v: rank 1 sends 4 elements to rank 0, which expects 2: truncated.
+  auto body2 = [&](std::size_t r) {
+    const std::vector<std::size_t> sc = r == 0 ? std::vector<std::size_t>{1, 1} : std::vector<std::size_t>{4, 1};
+    const std::vector<std::size_t> rc = r == 0 ? std::vector<std::size_t>{1, 2} : std::vector<std::size_t>{1, 1};
+    std::vector<std::int32_t> out(sc[0] + sc[1], 7), in(rc[0] + rc[1], -1);
+    res[r] = comms[r].all_to_all_v(std::span<const std::int32_t>(out), sc, std::span<std::int32_t>(in), rc);
+  };
+  std::thread t2(body2, 1);
+  body2(0);
+  t2.join();
+  REQUIRE_FALSE(res[0]);
+  CHECK(res[0].error().code == Errc::truncated);
+  CHECK(res[0].error().message.find("rank 1 sends 4, recv_counts[1] = 2") != std::string::npos);
+  CHECK(res[1]);
+  // Both ranks passed the closing phase: the communicator still works.
+  std::thread t3([&] { res[1] = comms[1].barrier(); });
+  res[0] = comms[0].barrier();
+  t3.join();
+  CHECK(res[0]);
+  CHECK(res[1]);
+}
+
+TEST_CASE("consistency check: a reduce to different roots is Errc::mismatch on every rank", "[threads][check]") {
+  Options o;
+  o.check_consistency = true;
+  auto comms = make(3, o);
+  std::array<Status, 3> res;
+  auto body = [&](std::size_t r) {
+    std::vector<float> v(4, 1.0f), out(4);
+    const std::size_t root = r == 2 ? 1 : 0;  // rank 2 names another root
+    res[r] = comms[r].reduce(std::span<const float>(v), std::span<float>(out), polycoll::sum, root);
+  };
+  std::vector<std::thread> ts;
+  for (std::size_t r = 1; r < 3; ++r) ts.emplace_back(body, r);
+  body(0);
+  for (auto& t : ts) t.join();
+  for (std::size_t r = 0; r < 3; ++r) {
+    REQUIRE_FALSE(res[r]);
+    CHECK(res[r].error().code == Errc::mismatch);
+  }
+  CHECK(res[0].error().message.find("rank 2 called #1 reduce(count=4, dtype=f32, op=sum, root=1)") !=
+        std::string::npos);
+}
+
+TEST_CASE("a rank that never joins a gather: the others time out naming the call", "[threads][timeout]") {
+  Options o;
+  o.op_timeout = 150ms;
+  auto comms = make(3, o);
+  std::array<Status, 2> res;
+  auto body = [&](std::size_t r) {
+    std::vector<double> mine(2, 1.0), all(6);
+    res[r] = comms[r].gather(std::span<const double>(mine), std::span<double>(all), 0);
+  };
+  const auto t0 = Clock::now();
+  std::thread t(body, 1);
+  body(0);
+  t.join();
+  const double ms = ms_since(t0);
+  CHECK(ms < 150 * 1.1 + 100);
+  for (std::size_t r = 0; r < 2; ++r) {
+    REQUIRE_FALSE(res[r]);
+    INFO(res[r].error().message);
+    CHECK((res[r].error().code == Errc::timeout || res[r].error().code == Errc::aborted));
+  }
+  const Status& timed_out = res[0].error().code == Errc::timeout ? res[0] : res[1];
+  CHECK(timed_out.error().message.find("gather(count=2, dtype=f64, root=0)") != std::string::npos);
+  CHECK(timed_out.error().message.find("rank(s) 2") != std::string::npos);
+}
+
 TEST_CASE("Threads through AnyCommunicator", "[threads][any]") {
   auto comms = make(2);
   std::vector<AnyCommunicator> any;
@@ -333,8 +426,10 @@ TEST_CASE("no allocation on the hot path: every collective, both paths, and p2p"
         auto& c = comms[r];
         float* x = a[r].data();
         float* y = b[r].data();
+        std::vector<std::size_t> counts(n);
         auto round = [&] {
           for (const std::size_t count : {std::size_t{2}, std::size_t{1000}, big}) {
+            std::fill(counts.begin(), counts.end(), count);
             if (!c.all_reduce(std::span<float>(x, count), polycoll::sum)) ++failed;
             if (!c.broadcast(std::span<float>(x, count), n - 1)) ++failed;
             if (!c.all_gather(std::span<const float>(x, count), std::span<float>(y, count * n))) ++failed;
@@ -342,6 +437,17 @@ TEST_CASE("no allocation on the hot path: every collective, both paths, and p2p"
               ++failed;
             if (!c.send(std::span<const float>(x, count), (r + 1) % n, 7)) ++failed;
             if (!c.recv(std::span<float>(y, count), (r + n - 1) % n, 7)) ++failed;
+            if (!c.sync()) ++failed;
+            if (!c.reduce(std::span<const float>(x, count), std::span<float>(y, r == 0 ? count : 0), polycoll::sum, 0))
+              ++failed;
+            if (!c.gather(std::span<const float>(x, count), std::span<float>(y, r == 1 ? count * n : 0), 1)) ++failed;
+            if (!c.scatter(std::span<const float>(y, r == 0 ? count * n : 0), std::span<float>(x, count), 0)) ++failed;
+            if (!c.all_to_all(std::span<const float>(x, count * n), std::span<float>(y, count * n))) ++failed;
+            if (!c.all_gather_v(std::span<const float>(x, count), std::span<float>(y, count * n), counts)) ++failed;
+            if (!c.all_to_all_v(std::span<const float>(x, count * n), counts, std::span<float>(y, count * n), counts))
+              ++failed;
+            if (!c.send_recv(std::span<const float>(x, count), (r + 1) % n, std::span<float>(y, count), (r + n - 1) % n, 8))
+              ++failed;
             if (!c.sync()) ++failed;
           }
           if (!c.barrier()) ++failed;
