@@ -74,7 +74,10 @@ def main() -> int:
     config = build_inc / "polycoll" / "config.hpp"
     if not config.exists():
         raise SystemExit(f"{config} is missing: configure the build first")
-    doxyfile = configure(template, out, [src_inc / "polycoll", config], (src_inc, build_inc), version)
+    readme = src_inc.parent / "README.md"  # the main page
+    doxyfile = configure(template, out, [readme, src_inc / "polycoll", config], (src_inc, build_inc), version)
+    with open(doxyfile, "a") as f:
+        f.write(f"USE_MDFILE_AS_MAINPAGE = {readme}\n")
     warnings = run(doxygen, doxyfile, out)
     index = out / "html" / "index.html"
     must_exist = ["classpolycoll_1_1Communicator.html", "classpolycoll_1_1AnyCommunicator.html",
