@@ -34,13 +34,13 @@ class NoOp : public Communicator<NoOp> {
   NoOp() = default;
   /// A communicator of one rank with `options` (drop_timeout is moot: nothing waits).
   explicit NoOp(Options options) : options_(options) {}
-  /// Takes over `other`'s communicator; `other` is left moved-from (its calls return Errors).
+  /// Takes over `other`'s pending send/recv (`other` stays a usable world of one).
   NoOp(NoOp&& other) noexcept : Communicator<NoOp>(std::move(other)), options_(other.options_) {
     std::lock_guard lock(other.p2p_->mutex);
     p2p_->sends = std::move(other.p2p_->sends);
     p2p_->recvs = std::move(other.p2p_->recvs);
   }
-  /// Releases the held communicator (drop contract), then takes over `other`'s.
+  /// Reports this one's unmatched send/recv (drop contract), then takes over `other`'s.
   NoOp& operator=(NoOp&& other) noexcept {
     if (this != &other) {
       report_dropped();
