@@ -13,10 +13,13 @@
 
 #include <polycoll/communicator.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <span>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,6 +30,26 @@ struct Params {
   std::size_t ny = 48;  // divisible by 1, 2, 3, 4, 6, 8
   int iterations = 300;
 };
+
+/// Reads `[nx ny iterations]` from argv[first..] (all three, or none for the
+/// defaults). Anything but positive integers (iterations: non-negative) is an Error.
+inline polycoll::Result<Params> parse_args(int argc, char** argv, int first) {
+  Params p;
+  if (argc <= first) return p;
+  if (argc - first != 3) return polycoll::fail(polycoll::Errc::invalid_argument, "heat: expected nx ny iterations");
+  auto number = [](std::string_view text, std::size_t min, std::size_t& out) {
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc{} && end == text.data() + text.size() && out >= min && out <= (1u << 20);
+  };
+  std::size_t it = 0;
+  if (!number(argv[first], 1, p.nx) || !number(argv[first + 1], 1, p.ny) || !number(argv[first + 2], 0, it)) {
+    std::string m = "heat: nx, ny (1..2^20) and iterations (0..2^20) must be integers, got";
+    for (int i = first; i < argc; ++i) m.append(" '").append(argv[i]).append("'");
+    return polycoll::fail(polycoll::Errc::invalid_argument, std::move(m));
+  }
+  p.iterations = static_cast<int>(it);
+  return p;
+}
 
 // One Jacobi sweep over rows [1, rows] of `u` (rows+2 rows of nx), returns the
 // sum of squared updates. `top_fixed` / `bottom_fixed`: the first / last owned

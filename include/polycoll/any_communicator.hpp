@@ -60,8 +60,10 @@ class AnyCommunicator {
   explicit AnyCommunicator(B&& backend)
       : object_(new std::remove_cvref_t<B>(std::move(backend))), vtable_(&vtable_for<std::remove_cvref_t<B>>) {}
 
+  /// Takes over `other`'s backend; `other` is left empty (has_value() is false).
   AnyCommunicator(AnyCommunicator&& other) noexcept
       : object_(std::exchange(other.object_, nullptr)), vtable_(std::exchange(other.vtable_, &empty_vtable)) {}
+  /// Releases the held backend (drop contract), then takes over `other`'s.
   AnyCommunicator& operator=(AnyCommunicator&& other) noexcept {
     if (this != &other) {
       reset();

@@ -636,11 +636,17 @@ class Communicator {
   }
 
  protected:
+  /// Only backends construct, copy and move the (stateless) front end.
   Communicator() = default;
+  /// The front end has no state; backends decide whether they copy.
   Communicator(const Communicator&) = default;
+  /// The front end has no state; backends move theirs.
   Communicator(Communicator&&) noexcept = default;
+  /// See the copy constructor.
   Communicator& operator=(const Communicator&) = default;
+  /// See the move constructor.
   Communicator& operator=(Communicator&&) noexcept = default;
+  /// Not virtual: a `Communicator<B>` is never deleted as such.
   ~Communicator() = default;
 
   /// An Error about call `c` spelled with this rank, world and backend.
@@ -817,7 +823,7 @@ class Communicator {
   }
 };
 
-/// Satisfied by the backends: types deriving from Communicator<B>.
+/// Satisfied by the backends: types deriving from `Communicator<B>` that name themselves (`B::backend_name`).
 template <class B>
 concept CommunicatorBackend = std::is_base_of_v<Communicator<B>, B> && requires { B::backend_name; };
 

@@ -56,6 +56,7 @@ inline constexpr char n_f64[] = "f64", n_f32[] = "f32", n_f16[] = "f16", n_bf16[
 template <DType D>
 struct dtype_tag;
 
+/// Internal: spells one dtype_tag specialisation (undefined again after the table).
 #define POLYCOLL_DTYPE_TAG(D, T, C, N) \
   template <>                          \
   struct dtype_tag<DType::D> : detail::dtype_tag_base<T, DType::D, DTypeCategory::C, detail::N> {}
@@ -82,6 +83,7 @@ POLYCOLL_DTYPE_TAG(C128, std::complex<double>, complex, n_c128);
 /// True for the tag types dtype_tag<D>.
 template <class T>
 inline constexpr bool is_dtype_tag_v = false;
+/// dtype_tag<D> is a tag.
 template <DType D>
 inline constexpr bool is_dtype_tag_v<dtype_tag<D>> = true;
 
@@ -111,6 +113,7 @@ struct dtype_of {
                 "polycoll: unsupported element type; use double, float, f16, bf16, f8e4m3, f8e5m2, "
                 "std::int8_t..std::int64_t, std::uint8_t..std::uint64_t, bool, std::complex<float> or "
                 "std::complex<double>");
+  /// The DType of T.
   static constexpr DType value = detail::find_dtype_of<T>().value_or(DType::U8);
 };
 
@@ -171,14 +174,16 @@ constexpr const DTypeInfo& info(DType d) noexcept { return dtype_table[static_ca
   return std::nullopt;
 }
 
+/// Internal: one case of visit_dtype's switch (undefined again after it).
+#define POLYCOLL_VISIT_CASE(D) \
+  case DType::D:               \
+    return std::forward<F>(f)(dtype_tag<DType::D>{});
+
 /// Calls `f(dtype_tag<D>{})` for the run-time `d`. This is the only switch over
 /// DType in polycoll. `on_unknown()` is called for a value that is not an enumerator.
 template <class F, class U>
 constexpr decltype(auto) visit_dtype(DType d, F&& f, U&& on_unknown) {
   switch (d) {
-#define POLYCOLL_VISIT_CASE(D) \
-  case DType::D:               \
-    return std::forward<F>(f)(dtype_tag<DType::D>{});
     POLYCOLL_VISIT_CASE(F64)
     POLYCOLL_VISIT_CASE(F32)
     POLYCOLL_VISIT_CASE(F16)

@@ -41,8 +41,11 @@ enum class Errc : std::uint8_t {
 /// An error: a code, a message naming the call, its arguments, rank/world and
 /// backend, and the native error code where there is one.
 struct Error {
+  /// What kind of failure.
   Errc code = Errc::backend_failure;
+  /// The whole story: call, arguments, rank/world, backend, native error text.
   std::string message;
+  /// The native library's error code (MPI, NCCL, CUDA), 0 when there is none.
   int native = 0;
 };
 

@@ -28,6 +28,7 @@ inline constexpr std::array<ReduceOp, reduce_op_count> all_reduce_ops = {ReduceO
 /// Compile-time tag of a ReduceOp; pass `polycoll::sum` etc. to the typed API.
 template <ReduceOp Op>
 struct op_tag {
+  /// The ReduceOp this tag stands for.
   static constexpr ReduceOp value = Op;
 };
 
@@ -40,6 +41,7 @@ inline constexpr op_tag<ReduceOp::Avg> avg{};   ///< element-wise mean over rank
 /// True for op_tag<Op>.
 template <class T>
 inline constexpr bool is_op_tag_v = false;
+/// op_tag<Op> is a tag.
 template <ReduceOp Op>
 inline constexpr bool is_op_tag_v<op_tag<Op>> = true;
 

@@ -30,9 +30,13 @@ class StreamSyncOps {
   [[nodiscard]] virtual Status sync_comm_stream() = 0;
 
  protected:
+  /// Only backends make these.
   StreamSyncOps() = default;
+  /// Interface only: no state to copy.
   StreamSyncOps(const StreamSyncOps&) = default;
+  /// Interface only: no state to copy.
   StreamSyncOps& operator=(const StreamSyncOps&) = default;
+  /// Protected and non-virtual: never deleted through this interface.
   ~StreamSyncOps() = default;
 };
 

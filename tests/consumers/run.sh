@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs polycoll into a scratch prefix, then builds and runs one consumer
 # program three ways: CMake find_package(polycoll), meson via pkg-config, and
-# meson with polycoll as a subproject.  usage: run.sh SOURCE_ROOT WORKDIR [meson options...]
+# meson with polycoll as a subproject. The program (main.cpp) uses every backend
+# the installation has, so each way must carry MPI's, cudart's and NCCL's
+# include paths and libraries; MPI runs as a singleton world (no mpiexec).  usage: run.sh SOURCE_ROOT WORKDIR [meson options...]
 set -euo pipefail
 src=$(cd "$1" && pwd)
 work=$2
@@ -22,6 +24,13 @@ cp -r "$src/tests/consumers/cmake" "$src/tests/consumers/main.cpp" "$work/"
 cmake -S "$work/cmake" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/cmake-build" >/dev/null
 "$work/cmake-build/consumer"
+echo "== CMake: find_package(polycoll 9.0) must be refused by polycollConfigVersion.cmake"
+if cmake -S "$work/cmake" -B "$work/cmake-build-9" -DCMAKE_PREFIX_PATH="$prefix" -DPOLYCOLL_WANT=9.0 \
+  >"$work/cmake-9.log" 2>&1; then
+  echo "find_package(polycoll 9.0) succeeded against polycoll $(grep -o 'PACKAGE_VERSION "[^"]*"' "$cmake_dir/polycollConfigVersion.cmake")"
+  exit 1
+fi
+grep -q "compatible with requested version \"9.0\"" "$work/cmake-9.log"  # refused for the version, not another error
 
 echo "== meson: dependency('polycoll') via pkg-config from $pc_dir"
 cp -r "$src/tests/consumers/meson_pc" "$work/"

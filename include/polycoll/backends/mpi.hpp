@@ -174,7 +174,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   static constexpr bool kernel_for_native = Policies::reduction::kernel_for_native;
 
  public:
+  /// The name in error messages and AnyCommunicator::backend_name().
   static constexpr std::string_view backend_name = "mpi";
+  /// The completion and reduction policies this communicator was compiled with.
   using policies = Policies;
 
   /// A communicator over a duplicate of MPI_COMM_WORLD (collective over the world).
@@ -191,7 +193,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     return make("Mpi::duplicate()", comm, Mode::duplicate, options);
   }
 
+  /// Takes over `other`'s communicator; `other` is left moved-from (its calls return Errors).
   BasicMpi(BasicMpi&& other) noexcept : Base(std::move(other)), state_(std::move(other.state_)) {}
+  /// Releases the held communicator (drop contract), then takes over `other`'s.
   BasicMpi& operator=(BasicMpi&& other) noexcept {
     if (this != &other) {
       release();

@@ -69,6 +69,7 @@ class Nccl : public Communicator<Nccl> {
   using Engine = detail::nccl::Engine;
 
  public:
+  /// The name in error messages and AnyCommunicator::backend_name().
   static constexpr std::string_view backend_name = "nccl";
 
   /// A fresh ncclUniqueId (ncclGetUniqueId), to distribute to every rank.
@@ -225,7 +226,9 @@ class Nccl : public Communicator<Nccl> {
   }
 #endif
 
+  /// Takes over `other`'s communicator; `other` is left moved-from (its calls return Errors).
   Nccl(Nccl&& other) noexcept : Communicator<Nccl>(std::move(other)), e_(std::move(other.e_)) {}
+  /// Releases the held communicator (drop contract), then takes over `other`'s.
   Nccl& operator=(Nccl&& other) noexcept {
     if (this != &other) e_ = std::move(other.e_);  // the old communicator is released (drop contract)
     return *this;

@@ -28,17 +28,20 @@ struct supports_reduction<NoOp, D, Op> : std::bool_constant<is_valid_v<D, Op>> {
 /// The world-of-one backend.
 class NoOp : public Communicator<NoOp> {
  public:
+  /// The name in error messages and AnyCommunicator::backend_name().
   static constexpr std::string_view backend_name = "noop";
 
   /// A communicator of one rank.
   NoOp() = default;
   /// A communicator of one rank with `options` (drop_timeout is moot: nothing waits).
   explicit NoOp(Options options) : options_(options) {}
+  /// Takes over `other`'s pending send/recv (`other` stays a usable world of one).
   NoOp(NoOp&& other) noexcept : Communicator<NoOp>(std::move(other)), options_(other.options_) {
     std::lock_guard lock(other.p2p_->mutex);
     p2p_->sends = std::move(other.p2p_->sends);
     p2p_->recvs = std::move(other.p2p_->recvs);
   }
+  /// Reports this one's unmatched send/recv (drop contract), then takes over `other`'s.
   NoOp& operator=(NoOp&& other) noexcept {
     if (this != &other) {
       report_dropped();

@@ -194,6 +194,7 @@ struct World {
 /// In-process ranks over shared memory.
 class Threads : public Communicator<Threads> {
  public:
+  /// The name in error messages and AnyCommunicator::backend_name().
   static constexpr std::string_view backend_name = "threads";
 
   /// n communicators of one world, element r for rank r; hand each to its own thread.
@@ -222,8 +223,10 @@ class Threads : public Communicator<Threads> {
     return {};
   }
 
+  /// Takes over `other`'s communicator; `other` is left moved-from (its calls return Errors).
   Threads(Threads&& other) noexcept
       : Communicator<Threads>(std::move(other)), world_(std::move(other.world_)), rank_(other.rank_) {}
+  /// Releases the held communicator (drop contract), then takes over `other`'s.
   Threads& operator=(Threads&& other) noexcept {
     if (this != &other) {
       release();

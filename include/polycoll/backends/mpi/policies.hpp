@@ -12,7 +12,9 @@ namespace polycoll::mpi {
 /// Completion policy: collectives call the blocking MPI function and are
 /// complete on return (sync() then only completes send/recv).
 struct blocking {
+  /// Collectives block.
   static constexpr bool is_nonblocking = false;
+  /// The policy's name in benchmark output.
   static constexpr const char* name = "blocking";
 };
 
@@ -20,7 +22,9 @@ struct blocking {
 /// and barrier() complete them (together with send/recv), so op_timeout also
 /// bounds collectives.
 struct nonblocking {
+  /// Collectives are MPI_I* requests completed by sync().
   static constexpr bool is_nonblocking = true;
+  /// The policy's name in benchmark output.
   static constexpr const char* name = "nonblocking";
 };
 
@@ -29,14 +33,18 @@ struct nonblocking {
 /// 16-bit integers, which always take polycoll's unit as a user MPI_Op; see
 /// detail::mpi::builtin_unsafe).
 struct builtin_ops {
+  /// MPI's predefined op for the dtypes MPI has one for.
   static constexpr bool kernel_for_native = false;
+  /// The policy's name in benchmark output.
   static constexpr const char* name = "builtin";
 };
 
 /// Reduction-unit policy: polycoll's vectorised host unit (kernels/reduce.hpp)
 /// as a cached user MPI_Op for every dtype, native ones included.
 struct kernel_ops {
+  /// polycoll's unit for every dtype.
   static constexpr bool kernel_for_native = true;
+  /// The policy's name in benchmark output.
   static constexpr const char* name = "kernel";
 };
 
@@ -46,15 +54,20 @@ struct kernel_ops {
 /// at 8 B and 64 KiB, the predefined op at 1 MiB and 16 MiB (where MPICH's
 /// user-op path costs up to 22% more).
 struct adaptive_ops {
+  /// Not for every size: see kernel_below_bytes.
   static constexpr bool kernel_for_native = false;
+  /// Messages shorter than this many bytes use polycoll's unit.
   static constexpr std::size_t kernel_below_bytes = 128 * 1024;
+  /// The policy's name in benchmark output.
   static constexpr const char* name = "adaptive";
 };
 
 /// A policy bundle: `completion` and `reduction`.
 template <class Completion, class Reduction>
 struct Policies {
+  /// blocking or nonblocking.
   using completion = Completion;
+  /// builtin_ops, kernel_ops or adaptive_ops.
   using reduction = Reduction;
 };
 
