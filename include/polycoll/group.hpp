@@ -15,13 +15,14 @@
 
 namespace polycoll {
 
-/// An open group on a communicator of type C (Communicator<B> or AnyCommunicator).
+/// An open group on a communicator of type C (a `Communicator<B>` or an `AnyCommunicator`).
 template <class C>
 class [[nodiscard]] Group {
  public:
   /// Opens a group on `comm` (calls `comm.group_start()`); a failure to open
   /// is kept and returned by end().
   explicit Group(C& comm) : comm_(&comm), started_(comm.group_start()) {}
+  /// Takes over an open group; `other` is left ended.
   Group(Group&& other) noexcept
       : comm_(std::exchange(other.comm_, nullptr)), started_(std::move(other.started_)) {}
   Group& operator=(Group&&) = delete;
