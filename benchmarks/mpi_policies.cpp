@@ -158,6 +158,37 @@ int main(int argc, char** argv) {
         {"raw bf16 baseline-target op",
          [&] { return MPI_Allreduce(MPI_IN_PLACE, h.data(), ni, MPI_UINT16_T, raw_bf16_baseline_op, raw) == 0; }},
     };
+    // A polycoll-side allreduce for 2 ranks, sketched: exchange halves with
+    // MPI_Sendrecv, reduce this rank's half with polycoll's unit, exchange the
+    // reduced halves: the bytes of MPICH's recursive doubling (n per rank), half
+    // its reduction work, one more message round.
+    std::vector<float> fscratch(size == 2 ? n : 0);
+    std::vector<bf16> hscratch(size == 2 ? n : 0);
+    auto halving = [&](auto* buf, auto* scratch, MPI_Datatype dt, auto reduce) {
+      const std::size_t half = n / 2;
+      const std::size_t mine = rank == 0 ? 0 : half, mine_n = rank == 0 ? half : n - half;
+      const std::size_t other = rank == 0 ? half : 0, other_n = n - mine_n;
+      const int peer = 1 - rank;
+      int rc = MPI_Sendrecv(buf + other, static_cast<int>(other_n), dt, peer, 0, scratch, static_cast<int>(mine_n),
+                            dt, peer, 0, raw, MPI_STATUS_IGNORE);
+      reduce(buf + mine, scratch, mine_n);
+      rc |= MPI_Sendrecv(buf + mine, static_cast<int>(mine_n), dt, peer, 1, buf + other, static_cast<int>(other_n),
+                         dt, peer, 1, raw, MPI_STATUS_IGNORE);
+      return rc == MPI_SUCCESS;
+    };
+    if (size == 2) {
+      vs.push_back({"halving sendrecv f32 (unit)", [&] {
+                      return halving(f.data(), fscratch.data(), MPI_FLOAT, [](float* io, float* in, std::size_t m) {
+                        kernels::combine(dtype_tag<DType::F32>{}, polycoll::sum, io, io, in, m);
+                      });
+                    }});
+      vs.push_back({"halving sendrecv bf16 (op)", [&] {
+                      return halving(h.data(), hscratch.data(), MPI_UINT16_T, [](bf16* io, bf16* in, std::size_t m) {
+                        int len = static_cast<int>(m);
+                        detail::mpi::user_fn<DType::BF16, ReduceOp::Sum>(in, io, &len, nullptr);
+                      });
+                    }});
+    }
     if (n % static_cast<std::size_t>(size) == 0) {
       int op_rc = MPI_SUCCESS;
       const MPI_Op bf16_op = detail::mpi::user_op<DType::BF16, ReduceOp::Sum>(op_rc);

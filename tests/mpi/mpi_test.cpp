@@ -422,12 +422,14 @@ std::size_t allocations_per_call(Comm& comm) {
   const std::size_t w = comm.world_size(), r = comm.rank();
   std::vector<float> f(4096, 1.0f);
   std::vector<bf16> h(4096, bf16(1.0f));
+  std::vector<bf16> big(detail::mpi::halving_from_bytes, bf16(1.0f));  // the halving path at 2 ranks
   std::vector<std::int32_t> rs(4 * w, 1), rs_out(4);
   std::vector<double> out(64), in(64);
   auto once = [&] {
     bool ok = comm.all_reduce(std::span(f), polycoll::sum).has_value();
     ok &= comm.all_reduce(std::span(h), polycoll::max).has_value();
     ok &= comm.all_reduce(std::span(f), polycoll::avg).has_value();
+    ok &= comm.all_reduce(std::span(big), polycoll::max).has_value();
     ok &= comm.reduce_scatter(rs, rs_out, polycoll::sum).has_value();
     ok &= comm.broadcast(std::span(out), 0).has_value();
     ok &= comm.send(out, (r + 1) % w, 5).has_value();
@@ -435,7 +437,7 @@ std::size_t allocations_per_call(Comm& comm) {
     ok &= comm.sync().has_value();
     return ok;
   };
-  for (int i = 0; i < 3; ++i) REQUIRE(once());  // first use creates the cached ops
+  for (int i = 0; i < 3; ++i) REQUIRE(once());  // first use creates the cached ops (and the halving scratch)
   const std::size_t before = g_allocations.load();
   for (int i = 0; i < 50; ++i) REQUIRE(once());
   return g_allocations.load() - before;
@@ -448,6 +450,57 @@ TEST_CASE("no allocation per call on the hot path", "[mpi][alloc]") {
   REQUIRE(nb);
   CHECK(allocations_per_call(*nb) == 0);
   CHECK(detail::mpi::cached_op_count() >= 2);
+}
+
+// Large reductions of the always-user-op pairs: the 2-rank halving exchange at
+// 2 ranks (backends/mpi/halving.hpp), MPI_Allreduce at the other sizes; odd
+// counts, so the two halves differ in length. A receive with tag 0 posted
+// before and matched after shows that the exchange's messages never meet the
+// user's (the halving runs on its own communicator).
+TEST_CASE("large user-op all_reduce (2-rank halving) at any world size", "[mpi][halving]") {
+  auto run = [](auto comm) {
+    REQUIRE(comm);
+    const std::size_t w = comm->world_size(), r = comm->rank();
+    const std::size_t n = detail::mpi::halving_from_bytes + 1;  // elements: >= the threshold for every dtype
+    std::array<std::int32_t, 2> got{}, token{static_cast<std::int32_t>(r), 7};
+    REQUIRE(comm->recv(std::span(got), (r + w - 1) % w, 0));
+    std::vector<bf16> h(n);
+    std::vector<f16> a(n, f16(static_cast<float>(r)));
+    std::vector<f8e4m3> m(n);
+    std::vector<std::int8_t> i8(n);
+    std::vector<std::uint16_t> u16(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      h[i] = bf16(static_cast<float>(i % 7 + r));
+      m[i] = f8e4m3(static_cast<float>(i % 5 + r));
+      i8[i] = static_cast<std::int8_t>(static_cast<std::uint8_t>(i % 100 + 50 * r));
+      u16[i] = static_cast<std::uint16_t>(65000u + i % 3 + r);
+    }
+    REQUIRE(comm->all_reduce(std::span(h), polycoll::sum));
+    REQUIRE(comm->all_reduce(std::span(a), polycoll::avg));
+    REQUIRE(comm->all_reduce(std::span(m), polycoll::max));
+    REQUIRE(comm->all_reduce(std::span(i8), polycoll::sum));
+    REQUIRE(comm->all_reduce(std::span(u16), polycoll::sum));
+    REQUIRE(comm->send(std::span<const std::int32_t>(token), (r + 1) % w, 0));
+    REQUIRE(comm->sync());
+    CHECK(got[0] == static_cast<std::int32_t>((r + w - 1) % w));
+    CHECK(got[1] == 7);
+    std::size_t bad = 0;
+    const std::size_t tri = w * (w - 1) / 2;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint8_t want_i8 = 0;
+      for (std::size_t q = 0; q < w; ++q) want_i8 = static_cast<std::uint8_t>(want_i8 + i % 100 + 50 * q);
+      bad += static_cast<float>(h[i]) != static_cast<float>(w * (i % 7) + tri);
+      bad += static_cast<float>(a[i]) != static_cast<float>(w - 1) / 2.0f;
+      bad += static_cast<float>(m[i]) != static_cast<float>(i % 5 + w - 1);
+      bad += static_cast<std::uint8_t>(i8[i]) != want_i8;
+      bad += u16[i] != static_cast<std::uint16_t>(w * (65000u + i % 3) + tri);
+    }
+    CHECK(bad == 0);
+  };
+  run(Mpi::world());
+  using namespace polycoll::mpi;
+  run(BasicMpi<Policies<blocking, builtin_ops>>::world());
+  run(BasicMpi<Policies<nonblocking, kernel_ops>>::world());  // MPI_Iallreduce: the same results
 }
 
 TEST_CASE("every policy bundle computes the same results", "[mpi][policies]") {
