@@ -11,7 +11,10 @@
 //   mpiexec.openmpi --oversubscribe -n 2 mpi_policies
 //
 // All calls are in-place f32 sums on zeros (constant cost per element) unless
-// named bf16; "bf16 vs f32" compares the same element count. "raw bf16
+// named bf16; "bf16 vs f32" compares the same element count. "raw
+// MPI_Allreduce bf16 op" is MPI's allreduce with polycoll's (dispatched) bf16
+// op, the call `Mpi` makes; "halving sendrecv" is a 2-rank allreduce of our
+// own (see the comment at its definition); "raw bf16
 // baseline-target op" is MPI_Allreduce with the bf16 sum compiled for the
 // build's target only (no AVX2 dispatch); "RSB+Allgather" composes the
 // allreduce from MPI_Reduce_scatter_block and MPI_Allgather.
@@ -155,6 +158,12 @@ int main(int argc, char** argv) {
         {"nonblocking+kernel", [&] { return nb_kernel->all_reduce(fs, polycoll::sum) && nb_kernel->sync(); }},
         {"default Mpi f32", [&] { return deflt->all_reduce(fs, polycoll::sum) && deflt->sync(); }},
         {"default Mpi bf16", [&] { return deflt->all_reduce(hs, polycoll::sum) && deflt->sync(); }},
+        {"raw MPI_Allreduce bf16 op",
+         [&] {
+           int op_rc = MPI_SUCCESS;
+           const MPI_Op op = detail::mpi::user_op<DType::BF16, ReduceOp::Sum>(op_rc);
+           return MPI_Allreduce(MPI_IN_PLACE, h.data(), ni, MPI_UINT16_T, op, raw) == 0;
+         }},
         {"raw bf16 baseline-target op",
          [&] { return MPI_Allreduce(MPI_IN_PLACE, h.data(), ni, MPI_UINT16_T, raw_bf16_baseline_op, raw) == 0; }},
     };

@@ -422,7 +422,7 @@ std::size_t allocations_per_call(Comm& comm) {
   const std::size_t w = comm.world_size(), r = comm.rank();
   std::vector<float> f(4096, 1.0f);
   std::vector<bf16> h(4096, bf16(1.0f));
-  std::vector<bf16> big(detail::mpi::halving_from_bytes, bf16(1.0f));  // the halving path at 2 ranks
+  std::vector<bf16> big(256 * 1024, bf16(1.0f));  // a large user-op reduction
   std::vector<std::int32_t> rs(4 * w, 1), rs_out(4);
   std::vector<double> out(64), in(64);
   auto once = [&] {
@@ -437,7 +437,7 @@ std::size_t allocations_per_call(Comm& comm) {
     ok &= comm.sync().has_value();
     return ok;
   };
-  for (int i = 0; i < 3; ++i) REQUIRE(once());  // first use creates the cached ops (and the halving scratch)
+  for (int i = 0; i < 3; ++i) REQUIRE(once());  // first use creates the cached ops
   const std::size_t before = g_allocations.load();
   for (int i = 0; i < 50; ++i) REQUIRE(once());
   return g_allocations.load() - before;
@@ -452,16 +452,14 @@ TEST_CASE("no allocation per call on the hot path", "[mpi][alloc]") {
   CHECK(detail::mpi::cached_op_count() >= 2);
 }
 
-// Large reductions of the always-user-op pairs: the 2-rank halving exchange at
-// 2 ranks (backends/mpi/halving.hpp), MPI_Allreduce at the other sizes; odd
-// counts, so the two halves differ in length. A receive with tag 0 posted
-// before and matched after shows that the exchange's messages never meet the
-// user's (the halving runs on its own communicator).
-TEST_CASE("large user-op all_reduce (2-rank halving) at any world size", "[mpi][halving]") {
+// Large reductions of the pairs that always take polycoll's user op, odd
+// counts, at any world size; a receive with tag 0 posted before and matched
+// after shows that the collective's traffic never meets the user's.
+TEST_CASE("large user-op all_reduce at any world size", "[mpi][large]") {
   auto run = [](auto comm) {
     REQUIRE(comm);
     const std::size_t w = comm->world_size(), r = comm->rank();
-    const std::size_t n = detail::mpi::halving_from_bytes + 1;  // elements: >= the threshold for every dtype
+    const std::size_t n = 256 * 1024 + 1;  // elements: 256 KiB and more for every dtype
     std::array<std::int32_t, 2> got{}, token{static_cast<std::int32_t>(r), 7};
     REQUIRE(comm->recv(std::span(got), (r + w - 1) % w, 0));
     std::vector<bf16> h(n);

@@ -32,7 +32,6 @@
 #include <mpi.h>
 
 #include <polycoll/backends/mpi/error.hpp>
-#include <polycoll/backends/mpi/halving.hpp>
 #include <polycoll/backends/mpi/policies.hpp>
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/requests.hpp>
@@ -159,12 +158,6 @@ struct CommState {
   std::uint64_t seq = 0;
   RequestPool pool;
   std::optional<Error> deferred;  // an error found while posting, returned by the next sync()
-  // The 2-rank halving all_reduce (backends/mpi/halving.hpp): its own dup of
-  // comm, so its point-to-point messages never match the user's send/recv, made
-  // on first use (collective: every rank takes that path in the same call), and
-  // its scratch half, grown, never shrunk.
-  MPI_Comm halving_comm = MPI_COMM_NULL;
-  std::vector<std::byte> halving_scratch;
 };
 
 }  // namespace detail::mpi
@@ -370,23 +363,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       if constexpr (Op == ReduceOp::Avg) f = {&detail::mpi::divide_finish<D>, buf, nullptr, count, state_->size};
       state_->pool.add(req, numbered(c), dt, f);
     } else {
-      bool done = false;
-      if constexpr (detail::mpi::always_user_op<D, Op>) {
-        if (state_->size == 2 && count * sizeof(T) >= detail::mpi::halving_from_bytes) {
-          if (state_->halving_comm == MPI_COMM_NULL) {
-            rc = MPI_Comm_dup(state_->comm, &state_->halving_comm);
-            if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup");
-          }
-          rc = detail::mpi::halving_allreduce_2<D, Op>(buf, count, state_->rank, state_->halving_comm,
-                                                       state_->halving_scratch);
-          if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
-          done = true;
-        }
-      }
-      if (!done) {
-        rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm);
-        if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
-      }
+      rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
       if constexpr (Op == ReduceOp::Avg) kernels::divide(d, buf, count, state_->size);
     }
     return {};
@@ -839,7 +817,6 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         s.pool.clear();
       }
       if (usable) {
-        if (s.halving_comm != MPI_COMM_NULL) MPI_Comm_free(&s.halving_comm);
         if (s.owned) {
           MPI_Comm_free(&s.comm);
         } else if (s.saved != MPI_ERRHANDLER_NULL) {
