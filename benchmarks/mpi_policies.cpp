@@ -11,7 +11,13 @@
 //   mpiexec.openmpi --oversubscribe -n 2 mpi_policies
 //
 // All calls are in-place f32 sums on zeros (constant cost per element) unless
-// named bf16; "bf16 vs f32" compares the same element count.
+// named bf16; "bf16 vs f32" compares the same element count. "raw
+// MPI_Allreduce bf16 op" is MPI's allreduce with polycoll's (dispatched) bf16
+// op, the call `Mpi` makes; "halving sendrecv" is a 2-rank allreduce of our
+// own (see the comment at its definition); "raw bf16
+// baseline-target op" is MPI_Allreduce with the bf16 sum compiled for the
+// build's target only (no AVX2 dispatch); "RSB+Allgather" composes the
+// allreduce from MPI_Reduce_scatter_block and MPI_Allgather.
 #include <polycoll/backends/mpi.hpp>
 
 #include <algorithm>
@@ -32,6 +38,12 @@ using BlBuiltin = BasicMpi<mpi::Policies<mpi::blocking, mpi::builtin_ops>>;
 using BlKernel = BasicMpi<mpi::Policies<mpi::blocking, mpi::kernel_ops>>;
 using NbBuiltin = BasicMpi<mpi::Policies<mpi::nonblocking, mpi::builtin_ops>>;
 using NbKernel = BasicMpi<mpi::Policies<mpi::nonblocking, mpi::kernel_ops>>;
+
+// The bf16 sum op compiled for the build's own target only (no AVX2 dispatch):
+// what the dispatch gains, measured in the same rounds.
+void baseline_sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  detail::mpi::reduce_body<DType::BF16, ReduceOp::Sum>(in, inout, static_cast<std::size_t>(*len));
+}
 
 void kernel_sum_f32(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* io = static_cast<float*>(inout);
@@ -90,6 +102,8 @@ int main(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &raw);
   MPI_Op raw_user_op;
   MPI_Op_create(&kernel_sum_f32, 1, &raw_user_op);
+  MPI_Op raw_bf16_baseline_op;
+  MPI_Op_create(&baseline_sum_bf16, 1, &raw_bf16_baseline_op);
 
   std::vector<std::size_t> sizes = {8, 64u << 10, 1u << 20, 16u << 20};
   if (quick) sizes = {8, 64u << 10};
@@ -105,7 +119,7 @@ int main(int argc, char** argv) {
                 "MPI",
 #endif
                 size, rounds);
-    std::printf("# %-9s %-26s %12s %14s\n", "size", "variant", "median_us", "ratio_vs_raw");
+    std::printf("# %-9s %-28s %12s %14s\n", "size", "variant", "median_us", "ratio_vs_raw");
   }
 
   for (const std::size_t bytes : sizes) {
@@ -115,6 +129,19 @@ int main(int argc, char** argv) {
     std::vector<bf16> h(n, bf16(0.0f));
     const std::span<float> fs(f);
     const std::span<bf16> hs(h);
+    // Allreduce composed as MPI_Reduce_scatter_block + MPI_Allgather (both in
+    // place; the reduced block moved to the rank's slot in between): each rank
+    // reduces 1/size of the elements, whatever algorithm MPI_Allreduce picks
+    // for the op. Timed only where size divides the count.
+    auto rsag = [&](void* buf, std::size_t cnt, MPI_Datatype dt, std::size_t es, MPI_Op op) {
+      const std::size_t blk = cnt / static_cast<std::size_t>(size);
+      const int nb = static_cast<int>(blk);
+      int rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, nb, dt, op, raw);
+      auto* b = static_cast<char*>(buf);
+      if (rank != 0) std::memcpy(b + static_cast<std::size_t>(rank) * blk * es, b, blk * es);
+      rc |= MPI_Allgather(MPI_IN_PLACE, 0, dt, buf, nb, dt, raw);
+      return rc == MPI_SUCCESS;
+    };
     std::vector<Variant> vs = {
         {"raw MPI_Allreduce", [&] { return MPI_Allreduce(MPI_IN_PLACE, f.data(), ni, MPI_FLOAT, MPI_SUM, raw) == 0; }},
         {"raw MPI_Iallreduce+Wait",
@@ -131,7 +158,53 @@ int main(int argc, char** argv) {
         {"nonblocking+kernel", [&] { return nb_kernel->all_reduce(fs, polycoll::sum) && nb_kernel->sync(); }},
         {"default Mpi f32", [&] { return deflt->all_reduce(fs, polycoll::sum) && deflt->sync(); }},
         {"default Mpi bf16", [&] { return deflt->all_reduce(hs, polycoll::sum) && deflt->sync(); }},
+        {"raw MPI_Allreduce bf16 op",
+         [&] {
+           int op_rc = MPI_SUCCESS;
+           const MPI_Op op = detail::mpi::user_op<DType::BF16, ReduceOp::Sum>(op_rc);
+           return MPI_Allreduce(MPI_IN_PLACE, h.data(), ni, MPI_UINT16_T, op, raw) == 0;
+         }},
+        {"raw bf16 baseline-target op",
+         [&] { return MPI_Allreduce(MPI_IN_PLACE, h.data(), ni, MPI_UINT16_T, raw_bf16_baseline_op, raw) == 0; }},
     };
+    // A polycoll-side allreduce for 2 ranks, sketched: exchange halves with
+    // MPI_Sendrecv, reduce this rank's half with polycoll's unit, exchange the
+    // reduced halves: the bytes of MPICH's recursive doubling (n per rank), half
+    // its reduction work, one more message round.
+    std::vector<float> fscratch(size == 2 ? n : 0);
+    std::vector<bf16> hscratch(size == 2 ? n : 0);
+    auto halving = [&](auto* buf, auto* scratch, MPI_Datatype dt, auto reduce) {
+      const std::size_t half = n / 2;
+      const std::size_t mine = rank == 0 ? 0 : half, mine_n = rank == 0 ? half : n - half;
+      const std::size_t other = rank == 0 ? half : 0, other_n = n - mine_n;
+      const int peer = 1 - rank;
+      int rc = MPI_Sendrecv(buf + other, static_cast<int>(other_n), dt, peer, 0, scratch, static_cast<int>(mine_n),
+                            dt, peer, 0, raw, MPI_STATUS_IGNORE);
+      reduce(buf + mine, scratch, mine_n);
+      rc |= MPI_Sendrecv(buf + mine, static_cast<int>(mine_n), dt, peer, 1, buf + other, static_cast<int>(other_n),
+                         dt, peer, 1, raw, MPI_STATUS_IGNORE);
+      return rc == MPI_SUCCESS;
+    };
+    if (size == 2) {
+      vs.push_back({"halving sendrecv f32 (unit)", [&] {
+                      return halving(f.data(), fscratch.data(), MPI_FLOAT, [](float* io, float* in, std::size_t m) {
+                        kernels::combine(dtype_tag<DType::F32>{}, polycoll::sum, io, io, in, m);
+                      });
+                    }});
+      vs.push_back({"halving sendrecv bf16 (op)", [&] {
+                      return halving(h.data(), hscratch.data(), MPI_UINT16_T, [](bf16* io, bf16* in, std::size_t m) {
+                        int len = static_cast<int>(m);
+                        detail::mpi::user_fn<DType::BF16, ReduceOp::Sum>(in, io, &len, nullptr);
+                      });
+                    }});
+    }
+    if (n % static_cast<std::size_t>(size) == 0) {
+      int op_rc = MPI_SUCCESS;
+      const MPI_Op bf16_op = detail::mpi::user_op<DType::BF16, ReduceOp::Sum>(op_rc);
+      vs.push_back({"RSB+Allgather builtin f32", [&] { return rsag(f.data(), n, MPI_FLOAT, 4, MPI_SUM); }});
+      vs.push_back({"RSB+Allgather user-op f32", [&] { return rsag(f.data(), n, MPI_FLOAT, 4, raw_user_op); }});
+      vs.push_back({"RSB+Allgather bf16 op", [&, bf16_op] { return rsag(h.data(), n, MPI_UINT16_T, 2, bf16_op); }});
+    }
     // Batch length: about 20 ms of raw calls (at least one call), same on every
     // rank. The probe doubles its call count until the slowest rank has spent
     // 5 ms: every rank makes the same calls (a loop ended by each rank's own
@@ -170,7 +243,7 @@ int main(int argc, char** argv) {
     if (!ok) std::fprintf(stderr, "rank %d: a call failed at %zu bytes\n", rank, bytes);
     if (rank == 0) {
       for (std::size_t j = 0; j < vs.size(); ++j) {
-        std::printf("  %-9s %-26s %12.3f %14.3f\n", human(bytes).c_str(), vs[j].name.c_str(), median(times[j]),
+        std::printf("  %-9s %-28s %12.3f %14.3f\n", human(bytes).c_str(), vs[j].name.c_str(), median(times[j]),
                     median(ratios[j]));
         if (csv)
           std::fprintf(csv, "%s,%d,%zu,%s,%.4f,%.4f\n",
@@ -186,6 +259,7 @@ int main(int argc, char** argv) {
   }
   if (csv) std::fclose(csv);
   MPI_Op_free(&raw_user_op);
+  MPI_Op_free(&raw_bf16_baseline_op);
   MPI_Comm_free(&raw);
   return 0;
 }

@@ -127,18 +127,56 @@ inline void bf16_sum_packed(std::byte* io, const std::byte* in, std::size_t n) n
   }
 }
 
-/// MPI_Op body: inout[i] = in[i] OP inout[i] through polycoll's reduction unit.
-/// Avg reduces as Sum (the division follows the collective).
+/// inout[i] = in[i] OP inout[i] through polycoll's reduction unit, compiled
+/// for the build's target (x86-64 baseline: SSE2). Avg reduces as Sum (the
+/// division follows the collective).
 template <DType D, ReduceOp Op>
-void user_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+inline void reduce_body(void* in, void* inout, std::size_t n) noexcept {
   using T = typename dtype_tag<D>::type;
   constexpr ReduceOp R = Op == ReduceOp::Avg ? ReduceOp::Sum : Op;
   if constexpr (D == DType::BF16 && R == ReduceOp::Sum) {
-    bf16_sum_packed(static_cast<std::byte*>(inout), static_cast<const std::byte*>(in), static_cast<std::size_t>(*len));
+    bf16_sum_packed(static_cast<std::byte*>(inout), static_cast<const std::byte*>(in), n);
   } else {
     auto* io = static_cast<T*>(inout);
-    kernels::combine(dtype_tag<D>{}, op_tag<R>{}, io, io, static_cast<const T*>(in), static_cast<std::size_t>(*len));
+    kernels::combine(dtype_tag<D>{}, op_tag<R>{}, io, io, static_cast<const T*>(in), n);
   }
+}
+
+// Run-time AVX2 dispatch, for x86-64 builds that do not already target AVX2
+// (polycoll builds without -march, so a Debian-style build is SSE2 only). The
+// user op is the reduction MPI runs on every rank, and the narrow formats are
+// compute-bound there: measured in isolation on the 256 KiB-per-operand working
+// set, AVX2 runs the packed bf16 sum 2.2x faster (0.15 vs 0.34 ns/element) and
+// the f16 sum 10x (1.3 vs 13 ns), f32 about the same (L2-bound). Bit-exact: the
+// unit is integer code plus IEEE float add/mul/compare, which AVX2 computes
+// identically, and target("avx2") enables no FMA, so nothing is contracted.
+// flatten inlines the whole unit into the AVX2 clone (an out-of-line helper
+// would be the shared baseline COMDAT copy).
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__AVX2__)
+#define POLYCOLL_DETAIL_MPI_AVX2_DISPATCH 1
+template <DType D, ReduceOp Op>
+[[gnu::target("avx2"), gnu::flatten]] void reduce_body_avx2(void* in, void* inout, std::size_t n) noexcept {
+  reduce_body<D, Op>(in, inout, n);
+}
+/// True when the CPU and the OS support AVX2 (libgcc checks XCR0). Read once.
+inline bool cpu_has_avx2() noexcept {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
+/// MPI_Op body: inout[i] = in[i] OP inout[i], the AVX2 clone where the build
+/// lacks AVX2 and the CPU has it, reduce_body otherwise.
+template <DType D, ReduceOp Op>
+void user_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto n = static_cast<std::size_t>(*len);
+#if defined(POLYCOLL_DETAIL_MPI_AVX2_DISPATCH)
+  if (cpu_has_avx2()) {
+    reduce_body_avx2<D, Op>(in, inout, n);
+    return;
+  }
+#endif
+  reduce_body<D, Op>(in, inout, n);
 }
 
 /// The cached user op of (D, Op), created on first use (every reduction unit
@@ -168,3 +206,5 @@ inline std::size_t cached_op_count() noexcept {
 }
 
 }  // namespace polycoll::detail::mpi
+
+#undef POLYCOLL_DETAIL_MPI_AVX2_DISPATCH
