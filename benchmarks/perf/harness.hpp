@@ -38,7 +38,9 @@ namespace polycoll::perf {
 
 // ---------------------------------------------------------------- collectives
 
-enum class Coll : std::uint8_t { all_reduce, broadcast, all_gather, reduce_scatter, sendrecv };
+enum class Coll : std::uint8_t {
+  all_reduce, broadcast, all_gather, reduce_scatter, sendrecv, reduce, gather, scatter, all_to_all
+};
 
 struct CollInfo {
   Coll coll;
@@ -49,17 +51,30 @@ struct CollInfo {
   bool in_place;      // ... and an in-place form
 };
 
-inline constexpr std::array<CollInfo, 5> coll_table = {{
+inline constexpr std::array<CollInfo, 9> coll_table = {{
     {Coll::all_reduce, "all_reduce", true, false, false, true},  // the seed all_reduce is in place
     {Coll::broadcast, "broadcast", false, true, false, true},    // so is broadcast
     {Coll::all_gather, "all_gather", false, false, true, true},
     {Coll::reduce_scatter, "reduce_scatter", true, false, true, true},
     {Coll::sendrecv, "sendrecv", false, false, true, false},
+    {Coll::reduce, "reduce", true, true, true, true},        // in place: send == recv
+    {Coll::gather, "gather", false, true, true, true},       // in place: send == recv + rank*count
+    {Coll::scatter, "scatter", false, true, true, true},     // in place: recv == send + rank*count
+    {Coll::all_to_all, "all_to_all", false, false, true, false},  // send and recv must not overlap
 }};
 
 inline const CollInfo& info(Coll c) { return coll_table[static_cast<std::size_t>(c)]; }
 
-/// nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md there).
+/// The collectives whose nccl-tests size is the whole buffer of all ranks'
+/// blocks (count per rank x ranks): all_gather's and gather's receive buffer,
+/// reduce_scatter's and scatter's send buffer, all_to_all's send (= receive) buffer.
+inline constexpr bool whole_buffer(Coll c) {
+  return c == Coll::all_gather || c == Coll::reduce_scatter || c == Coll::gather || c == Coll::scatter ||
+         c == Coll::all_to_all;
+}
+
+/// nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md and the *GetBw
+/// functions of src/*.cu there).
 inline double bus_factor(Coll c, std::size_t n) {
   const double dn = static_cast<double>(n);
   switch (c) {
@@ -67,9 +82,13 @@ inline double bus_factor(Coll c, std::size_t n) {
       return 2.0 * (dn - 1) / dn;
     case Coll::all_gather:
     case Coll::reduce_scatter:
+    case Coll::gather:
+    case Coll::scatter:
+    case Coll::all_to_all:
       return (dn - 1) / dn;
     case Coll::broadcast:
     case Coll::sendrecv:
+    case Coll::reduce:
       return 1.0;
   }
   return 1.0;
@@ -99,6 +118,7 @@ struct Args {
   std::vector<ReduceOp> ops{ReduceOp::Sum};
   std::vector<DType> dtypes{DType::F32};
   std::size_t root = 0;
+  bool all_roots = false;  // -r all (or -1, as nccl-tests): every root of the rooted collectives
   int iters = 20;
   int warmup = 5;
   bool check = true;
@@ -115,13 +135,14 @@ struct Args {
 inline void usage(std::FILE* f, const char* argv0) {
   std::fprintf(f,
                "usage: %s [collective|all] [options]\n"
-               "  collectives: all_reduce broadcast all_gather reduce_scatter sendrecv (default: all)\n"
+               "  collectives: all_reduce broadcast all_gather reduce_scatter sendrecv reduce gather scatter\n"
+               "               all_to_all (default: all)\n"
                "  -b SIZE      minimum size in bytes (K/M/G suffixes; default 8)\n"
                "  -e SIZE      maximum size in bytes (default 64M)\n"
                "  -f FACTOR    size multiplication factor (default 4)\n"
                "  -o OP        reduction op: sum prod min max avg, or all (default sum)\n"
                "  -d TYPE      dtype (polycoll or nccl-tests names: f32/float, bf16/bfloat16, ...), or all (default f32)\n"
-               "  -r ROOT      root rank of broadcast (default 0)\n"
+               "  -r ROOT      root rank of broadcast, reduce, gather, scatter; all or -1: every rank in turn (default 0)\n"
                "  -n ITERS     timed iterations per size (default 20)\n"
                "  -w ITERS     warm-up iterations per size (default 5)\n"
                "  -c 0|1       check results against closed-form values (default 1)\n"
@@ -210,11 +231,18 @@ inline std::optional<Args> parse_args(int argc, char** argv) {
       } else {
         return bad(arg, v);
       }
+    } else if (arg == "-r" && i + 1 < argc && (std::string_view(argv[i + 1]) == "all" ||
+                                              std::string_view(argv[i + 1]) == "-1")) {
+      a.all_roots = true;
+      ++i;
     } else if (arg == "-r" || arg == "-n" || arg == "-w" || arg == "-c" || arg == "-t" || arg == "--rounds") {
       const auto v = value();
       const auto s = parse_size(v);
       if (!s || v.find_first_of("kKmMgG") != std::string_view::npos) return bad(arg, v);
-      if (arg == "-r") a.root = *s;
+      if (arg == "-r") {
+        a.root = *s;
+        a.all_roots = false;
+      }
       if (arg == "-n") a.iters = static_cast<int>(std::max<std::size_t>(1, *s));
       if (arg == "-w") a.warmup = static_cast<int>(*s);
       if (arg == "-c") a.check = *s != 0;
@@ -357,6 +385,11 @@ T make_avg(std::int64_t sum, std::size_t n) {
 
 // Inputs of the data-movement collectives: depend on (rank, index), period 7.
 inline std::int64_t move_value(std::size_t r, std::size_t i) { return static_cast<std::int64_t>((r * 5 + i) % 7); }
+// What rank `src` sends to rank `dst` in scatter (src = the root) and all_to_all:
+// every (src, dst) pair of a few ranks shifts the period-7 pattern differently.
+inline std::int64_t block_value(std::size_t src, std::size_t dst, std::size_t i) {
+  return static_cast<std::int64_t>((src * 5 + dst * 3 + i) % 7);
+}
 // Inputs of the reductions: 0/1 (1/2 for prod), so every result is a small
 // exact integer (a power of two for prod) in every dtype up to 16 ranks.
 inline std::int64_t red_value(ReduceOp op, std::size_t r, std::size_t i) {
@@ -382,6 +415,16 @@ T reduced(ReduceOp op, std::size_t n, std::size_t i) {
 template <class T>
 bool same(const T& a, const T& b) noexcept {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+/// Still the 0x5A bytes of the pre-fill (an element no call may write).
+template <class T>
+bool is_sentinel(const T& v) noexcept {
+  const auto* p = reinterpret_cast<const unsigned char*>(&v);
+  for (std::size_t k = 0; k < sizeof(T); ++k) {
+    if (p[k] != 0x5A) return false;
+  }
+  return true;
 }
 
 }  // namespace detail
@@ -597,16 +640,17 @@ class Rank {
   }
   void barrier() { detail::check(c_.barrier()); }
 
-  /// One point (collective, dtype, op, size) in every placement that exists.
-  std::optional<Row> measure(Coll coll, DType dtype, ReduceOp op, std::size_t bytes) {
+  /// One point (collective, dtype, op, root, size) in every placement that exists.
+  std::optional<Row> measure(Coll coll, DType dtype, ReduceOp op, std::size_t root, std::size_t bytes) {
     const CollInfo& ci = info(coll);
     const std::size_t elem = size_of(dtype);
-    const bool blocks = coll == Coll::all_gather || coll == Coll::reduce_scatter;
+    const bool blocks = whole_buffer(coll);
     const std::size_t count = bytes / elem / (blocks ? n_ : 1);  // per rank
     if (count == 0 && bytes != 0) return std::nullopt;
+    root_ = root;
     Row row{coll, count * elem * (blocks ? n_ : 1), count * (blocks ? n_ : 1), dtype, std::nullopt, std::nullopt, {}, {}};
     if (ci.reduces) row.op = op;
-    if (ci.rooted) row.root = a_.root;
+    if (ci.rooted) row.root = root;
     if (ci.out_of_place) row.oop = measure_one(coll, dtype, op, count, false);
     if (ci.in_place) row.ip = measure_one(coll, dtype, op, count, true);
     const double algbw_bytes = static_cast<double>(row.bytes);
@@ -676,19 +720,31 @@ class Rank {
     const std::size_t elem = size_of(dtype);
     const std::size_t peer_to = (r_ + 1) % n_, peer_from = (r_ + n_ - 1) % n_;
     const std::uint64_t send = detail::address(send_), recv = detail::address(recv_);
+    // The two buffers of the call. In place as nccl-tests places them (and as
+    // the seed surface recognises it): gather's send is my block of recv,
+    // scatter's recv my block of send (on every rank; the root's is what makes
+    // the call in place), reduce's send is recv.
     std::uint64_t in = send, out = recv;
-    if (coll == Coll::all_gather && in_place) in = recv + r_ * count * elem;
-    if (coll == Coll::reduce_scatter && in_place) out = send + r_ * count * elem;
+    if (in_place) {
+      const std::uint64_t mine = r_ * count * elem;
+      if (coll == Coll::all_gather || coll == Coll::gather) in = recv + mine;
+      if (coll == Coll::reduce_scatter || coll == Coll::scatter) out = send + mine;
+      if (coll == Coll::reduce) in = recv;
+    }
     auto ours = [&]() -> Status {
       switch (coll) {
         case Coll::all_reduce: return c_.all_reduce(recv, count, dtype, op);
-        case Coll::broadcast: return c_.broadcast(recv, count, dtype, a_.root);
+        case Coll::broadcast: return c_.broadcast(recv, count, dtype, root_);
         case Coll::all_gather: return c_.all_gather(in, recv, count, dtype);
         case Coll::reduce_scatter: return c_.reduce_scatter(send, out, count, dtype, op);
         case Coll::sendrecv:
           if (auto s = c_.send(send, count, dtype, peer_to, 0); !s) return s;
           if (auto s = c_.recv(recv, count, dtype, peer_from, 0); !s) return s;
           return c_.sync();
+        case Coll::reduce: return c_.reduce(in, out, count, dtype, op, root_);
+        case Coll::gather: return c_.gather(in, out, count, dtype, root_);
+        case Coll::scatter: return c_.scatter(in, out, count, dtype, root_);
+        case Coll::all_to_all: return c_.all_to_all(in, out, count, dtype);
       }
       return {};
     };
@@ -698,8 +754,7 @@ class Rank {
     for (int i = 0; i < a_.warmup; ++i) detail::check(ours());
     if constexpr (HasNative<D>) {
       if (a_.vs_native) {
-        const NativeCall nc{coll, dtype, op, count, a_.root, coll == Coll::all_gather ? in : send, out,
-                            detail::address(scratch_), r_, n_};
+        const NativeCall nc{coll, dtype, op, count, root_, in, out, detail::address(scratch_), r_, n_};
         auto native = [&] { return d_.native(c_, nc); };
         // A native library without this (dtype, op) (MPI has no f16 or avg)
         // answers Errc::unsupported, the same on every rank: ours alone then.
@@ -741,6 +796,15 @@ class Rank {
     for (std::size_t i = 0; i < n_elems; ++i) h[i] = detail::make<T>(detail::move_value(rank, i));
     d_.upload(dst, h, n_elems * sizeof(T));
   }
+  // n_ blocks of n_elems: block q holds what rank `src` sends to rank q.
+  template <class T>
+  void fill_blocks(std::size_t src, std::size_t n_elems, std::byte* dst) {
+    T* h = reinterpret_cast<T*>(host_.data());
+    for (std::size_t q = 0; q < n_; ++q) {
+      for (std::size_t i = 0; i < n_elems; ++i) h[q * n_elems + i] = detail::make<T>(detail::block_value(src, q, i));
+    }
+    d_.upload(dst, h, n_elems * n_ * sizeof(T));
+  }
   void fill_sentinel(std::byte* dst, std::size_t bytes) {
     std::memset(host_.data(), 0x5A, bytes);
     d_.upload(dst, host_.data(), bytes);
@@ -755,7 +819,7 @@ class Rank {
           fill_reduction<T>(op, count, recv_);
           break;
         case Coll::broadcast:
-          if (r_ == a_.root) {
+          if (r_ == root_) {
             fill_movement<T>(r_, count, recv_);
           } else {
             fill_sentinel(recv_, b);
@@ -772,6 +836,27 @@ class Rank {
         case Coll::sendrecv:
           fill_movement<T>(r_, count, send_);
           fill_sentinel(recv_, b);
+          break;
+        case Coll::reduce:
+          fill_reduction<T>(op, count, in_place ? recv_ : send_);
+          if (!in_place) fill_sentinel(recv_, b);
+          break;
+        case Coll::gather:
+          fill_sentinel(recv_, b * n_);
+          fill_movement<T>(r_, count, in_place ? recv_ + r_ * b : send_);
+          break;
+        case Coll::scatter:
+          // Only the root's send holds data; a backend that read another rank's gets 0x5A.
+          if (r_ == root_) {
+            fill_blocks<T>(root_, count, send_);
+          } else {
+            fill_sentinel(send_, b * n_);
+          }
+          if (!in_place) fill_sentinel(recv_, b);
+          break;
+        case Coll::all_to_all:
+          fill_blocks<T>(r_, count, send_);
+          fill_sentinel(recv_, b * n_);
           break;
       }
     });
@@ -804,7 +889,7 @@ class Rank {
         case Coll::broadcast:
           fetch(recv_, b);
           for (std::size_t i = 0; i < count; ++i) {
-            wrong += !detail::same(h[i], detail::make<T>(detail::move_value(a_.root, i)));
+            wrong += !detail::same(h[i], detail::make<T>(detail::move_value(root_, i)));
           }
           break;
         case Coll::all_gather:
@@ -823,12 +908,57 @@ class Rank {
           }
           break;
         }
+        // The rooted collectives check every rank, as nccl-tests does: the
+        // root's result, and that a non-root's recv is left as it was (the
+        // 0x5A pre-fill; in place, its own input).
+        case Coll::reduce: {
+          fetch(recv_, b);
+          const T e[2] = {detail::reduced<T>(op, n_, 0), detail::reduced<T>(op, n_, 1)};
+          for (std::size_t i = 0; i < count; ++i) {
+            if (r_ == root_) {
+              wrong += !detail::same(h[i], e[i % 2]);
+            } else if (in_place) {
+              wrong += !detail::same(h[i], detail::make<T>(detail::red_value(op, r_, i)));
+            } else {
+              wrong += !detail::is_sentinel(h[i]);
+            }
+          }
+          break;
+        }
+        case Coll::gather:
+          fetch(recv_, b * n_);
+          for (std::size_t q = 0; q < n_; ++q) {
+            for (std::size_t i = 0; i < count; ++i) {
+              const T& v = h[q * count + i];
+              if (r_ == root_ || (in_place && q == r_)) {
+                wrong += !detail::same(v, detail::make<T>(detail::move_value(q, i)));
+              } else {
+                wrong += !detail::is_sentinel(v);
+              }
+            }
+          }
+          break;
+        case Coll::scatter:
+          fetch(in_place ? send_ + r_ * b : recv_, b);
+          for (std::size_t i = 0; i < count; ++i) {
+            wrong += !detail::same(h[i], detail::make<T>(detail::block_value(root_, r_, i)));
+          }
+          break;
+        case Coll::all_to_all:
+          fetch(recv_, b * n_);
+          for (std::size_t q = 0; q < n_; ++q) {
+            for (std::size_t i = 0; i < count; ++i) {
+              wrong += !detail::same(h[q * count + i], detail::make<T>(detail::block_value(q, r_, i)));
+            }
+          }
+          break;
       }
       return wrong;
     }, [&]() -> std::uint64_t { return count; });  // an unknown dtype: nothing is right
   }
 
   D& d_;
+  std::size_t root_ = 0;  // of the point being measured
   Comm& c_;
   const Args& a_;
   std::size_t n_, r_;
@@ -863,11 +993,12 @@ inline std::vector<std::size_t> sizes(const Args& a) {
 template <Driver D>
 int run_sweep(D& driver, typename D::Comm& comm, const Args& a) {
   const std::size_t n = comm.world_size();
-  if (a.root >= n && std::find(a.colls.begin(), a.colls.end(), Coll::broadcast) != a.colls.end()) {
+  const bool any_rooted = std::any_of(a.colls.begin(), a.colls.end(), [](Coll c) { return info(c).rooted; });
+  if (!a.all_roots && a.root >= n && any_rooted) {
     if (comm.rank() == 0) std::fprintf(stderr, "polycoll-perf: -r %zu: the root must be below the %zu ranks\n", a.root, n);
     return 2;
   }
-  // Buffers sized for the largest point; all_gather's recv and reduce_scatter's send are the size itself.
+  // Buffers sized for the largest point; the whole-buffer collectives' (whole_buffer()) are the size itself.
   Rank<D> rank(driver, comm, a, std::max<std::size_t>(a.max_bytes, 64));
   const bool printer = rank.printer();
   Baseline base;
@@ -969,18 +1100,23 @@ int run_sweep(D& driver, typename D::Comm& comm, const Args& a) {
       const std::vector<ReduceOp> ops = ci.reduces ? a.ops : std::vector<ReduceOp>{ReduceOp::Sum};
       for (ReduceOp op : ops) {
         if (ci.reduces && !is_valid(dt, op)) continue;
-        for (std::size_t s : sizes(a)) {
-          auto row = rank.measure(coll, dt, op, s);
-          if (!row) continue;
-          for (const Measure* m : {&row->oop, &row->ip}) {
-            if (!m->present) continue;
-            wrong_total += m->wrong;
-            busbw_sum += m->busbw;
-            ++busbw_n;
-          }
-          if (printer) {
-            print_row(a, *row);
-            rows.push_back(*row);
+        // As nccl-tests: type, op, root, then the sizes; -r all sweeps every root.
+        const std::size_t root_lo = ci.rooted && a.all_roots ? 0 : a.root;
+        const std::size_t root_hi = ci.rooted && a.all_roots ? n : a.root + 1;
+        for (std::size_t root = root_lo; root < root_hi; ++root) {
+          for (std::size_t s : sizes(a)) {
+            auto row = rank.measure(coll, dt, op, root, s);
+            if (!row) continue;
+            for (const Measure* m : {&row->oop, &row->ip}) {
+              if (!m->present) continue;
+              wrong_total += m->wrong;
+              busbw_sum += m->busbw;
+              ++busbw_n;
+            }
+            if (printer) {
+              print_row(a, *row);
+              rows.push_back(*row);
+            }
           }
         }
         if (!ci.reduces) break;

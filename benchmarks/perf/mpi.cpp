@@ -20,8 +20,9 @@ struct MpiDriver {
   using Comm = Mpi;
   static constexpr std::string_view name = "mpi";
   static constexpr std::string_view native_name =
-      "MPI_Allreduce(MPI_IN_PLACE) / MPI_Bcast / MPI_Allgather / MPI_Reduce_scatter_block / MPI_Sendrecv on the "
-      "communicator's own MPI_Comm and the same buffers (f16, bf16, fp8 and avg have no native reduction)";
+      "MPI_Allreduce(MPI_IN_PLACE) / MPI_Bcast / MPI_Allgather / MPI_Reduce_scatter_block / MPI_Sendrecv / "
+      "MPI_Reduce / MPI_Gather / MPI_Scatter / MPI_Alltoall (MPI_IN_PLACE for in-place) on the communicator's own "
+      "MPI_Comm and the same buffers (f16, bf16, fp8 and avg have no native reduction)";
 
   MpiDriver(int& argc, char**& argv) : env_(argc, argv) {}
 
@@ -55,7 +56,7 @@ struct MpiDriver {
   Status native(Comm& comm, const NativeCall& c) {
     MPI_Comm mc = comm.native();
     const std::size_t elem = size_of(c.dtype);
-    const bool reduces = c.coll == Coll::all_reduce || c.coll == Coll::reduce_scatter;
+    const bool reduces = info(c.coll).reduces;
     // Data movement is typeless: bytes. Reductions need MPI's own type and op.
     MPI_Datatype type = MPI_BYTE;
     int count = static_cast<int>(c.count * elem);
@@ -71,6 +72,7 @@ struct MpiDriver {
     void* send = address_to_ptr(c.send);
     void* recv = address_to_ptr(c.recv);
     const std::size_t b = c.count * elem;
+    const int root = static_cast<int>(c.root);
     int rc = MPI_SUCCESS;
     switch (c.coll) {
       case Coll::all_reduce:
@@ -98,6 +100,29 @@ struct MpiDriver {
         rc = MPI_Sendrecv(send, count, type, to, 0, recv, count, type, from, 0, mc, MPI_STATUS_IGNORE);
         break;
       }
+      // Rooted: MPI_IN_PLACE on the root only, where the seed surface's in-place
+      // form is; the root-only buffer is null elsewhere, as the front end passes it.
+      case Coll::reduce: {
+        const bool at_root = c.rank == c.root;
+        const bool in_place = at_root && c.send == c.recv;
+        rc = MPI_Reduce(in_place ? MPI_IN_PLACE : send, at_root ? recv : nullptr, count, type, op, root, mc);
+        break;
+      }
+      case Coll::gather: {
+        const bool at_root = c.rank == c.root;
+        const bool in_place = at_root && c.send == c.recv + c.root * b;
+        rc = MPI_Gather(in_place ? MPI_IN_PLACE : send, count, type, at_root ? recv : nullptr, count, type, root, mc);
+        break;
+      }
+      case Coll::scatter: {
+        const bool at_root = c.rank == c.root;
+        const bool in_place = at_root && c.recv == c.send + c.root * b;
+        rc = MPI_Scatter(at_root ? send : nullptr, count, type, in_place ? MPI_IN_PLACE : recv, count, type, root, mc);
+        break;
+      }
+      case Coll::all_to_all:
+        rc = MPI_Alltoall(send, count, type, recv, count, type, mc);
+        break;
     }
     if (rc != MPI_SUCCESS) return fail(Errc::backend_failure, "native MPI call failed", rc);
     return {};

@@ -3,8 +3,9 @@
 //   polycoll-perf-nccl all_reduce -b 8 -e 256M -f 4 --vs-native
 // uses every visible GPU; -t N uses the first N. --vs-native interleaves the
 // raw ncclAllReduce / ncclBroadcast / ncclAllGather / ncclReduceScatter /
-// grouped ncclSend+ncclRecv on the communicator's own ncclComm_t, stream and
-// buffers, so the ratio column is polycoll's overhead over NCCL.
+// grouped ncclSend+ncclRecv / ncclReduce / ncclGather / ncclScatter /
+// ncclAlltoAll on the communicator's own ncclComm_t, stream and buffers, so
+// the ratio column is polycoll's overhead over NCCL.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -28,8 +29,8 @@ struct NcclDriver {
   static constexpr std::string_view name = "nccl";
   static constexpr std::string_view native_name =
       "ncclAllReduce / ncclBroadcast / ncclAllGather / ncclReduceScatter / ncclGroupStart+ncclSend+ncclRecv+"
-      "ncclGroupEnd+cudaStreamSynchronize on the communicator's ncclComm_t, stream and buffers (no native "
-      "reduction for complex, bool, i16/u16)";
+      "ncclGroupEnd+cudaStreamSynchronize / ncclReduce / ncclGather / ncclScatter / ncclAlltoAll on the "
+      "communicator's ncclComm_t, stream and buffers (no native reduction for complex, bool, i16/u16)";
 
   NcclDriver(int&, char**&) {}
 
@@ -102,7 +103,7 @@ struct NcclDriver {
     cudaStream_t s = comm.stream();
     if (nc == nullptr) return fail(Errc::aborted, "native: the communicator was aborted");
     const std::size_t elem = size_of(c.dtype);
-    const bool reduces = c.coll == Coll::all_reduce || c.coll == Coll::reduce_scatter;
+    const bool reduces = info(c.coll).reduces;
     // Data movement is typeless: bytes. Reductions need NCCL's own type and op.
     ncclDataType_t type = ncclUint8;
     std::size_t count = c.count * elem;
@@ -145,6 +146,28 @@ struct NcclDriver {
         }
         break;
       }
+      // The seed surface's in-place forms are NCCL's (send == recv for reduce,
+      // send == recv + root*count for gather, recv == send + root*count for
+      // scatter), so the same addresses go through unchanged.
+      case Coll::reduce:
+        r = ncclReduce(send, recv, count, type, op, static_cast<int>(c.root), nc, s);
+        break;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+      case Coll::gather:
+        r = ncclGather(send, recv, count, type, static_cast<int>(c.root), nc, s);
+        break;
+      case Coll::scatter:
+        r = ncclScatter(send, recv, count, type, static_cast<int>(c.root), nc, s);
+        break;
+      case Coll::all_to_all:
+        r = ncclAlltoAll(send, recv, count, type, nc, s);
+        break;
+#else
+      case Coll::gather:
+      case Coll::scatter:
+      case Coll::all_to_all:
+        return fail(Errc::unsupported, "native: ncclGather/ncclScatter/ncclAlltoAll need NCCL >= 2.28");
+#endif
     }
     // The communicator is non-blocking: a launch may still be in progress.
     if (r == ncclInProgress) r = polycoll::detail::nccl::settle(nc, std::nullopt).result;

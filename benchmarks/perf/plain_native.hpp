@@ -41,7 +41,15 @@ T* at(std::uint64_t address) noexcept {
 /// - broadcast: non-root ranks memcpy count elements from scratch; the root nothing;
 /// - all_gather: memcpy my block into place (out-of-place only), then n-1 blocks from scratch;
 /// - reduce_scatter: reduce my block of send and n-1 blocks of scratch into recv;
-/// - sendrecv: memcpy count elements from scratch into recv.
+/// - sendrecv: memcpy count elements from scratch into recv;
+/// - reduce: reduce my slice (count/n) of send and n-1 slices of scratch into
+///   that slice of recv (the root's recv in the backend: every rank reduces its
+///   slice straight into it);
+/// - gather: memcpy my block into the root's recv (on the root: into place,
+///   nothing in place; elsewhere: into scratch, the stand-in for the root's recv);
+/// - scatter: memcpy my block out of the root's send (on the root: from its own
+///   send, nothing in place; elsewhere: from scratch) into recv;
+/// - all_to_all: memcpy my own block from send, then n-1 blocks from scratch, into recv.
 inline Status plain_native(const NativeCall& c) {
   const std::size_t n = c.world;
   const std::size_t r = c.rank;
@@ -64,8 +72,39 @@ inline Status plain_native(const NativeCall& c) {
       }
       return {};
     }
+    case Coll::gather: {
+      const std::size_t b = c.count * elem;
+      if (b == 0) return {};
+      if (r != c.root) {
+        std::memcpy(scratch + r * b, detail::at<std::byte>(c.send), b);
+      } else if (c.send != c.recv + r * b) {
+        std::memcpy(detail::at<std::byte>(c.recv) + r * b, detail::at<std::byte>(c.send), b);
+      }
+      return {};
+    }
+    case Coll::scatter: {
+      const std::size_t b = c.count * elem;
+      if (b == 0) return {};
+      if (r != c.root) {
+        std::memcpy(detail::at<std::byte>(c.recv), scratch + r * b, b);
+      } else if (c.recv != c.send + r * b) {
+        std::memcpy(detail::at<std::byte>(c.recv), detail::at<std::byte>(c.send) + r * b, b);
+      }
+      return {};
+    }
+    case Coll::all_to_all: {
+      std::byte* recv = detail::at<std::byte>(c.recv);
+      const std::size_t b = c.count * elem;
+      if (b == 0) return {};
+      std::memcpy(recv + r * b, detail::at<std::byte>(c.send) + r * b, b);
+      for (std::size_t q = 0; q < n; ++q) {
+        if (q != r) std::memcpy(recv + q * b, scratch + q * b, b);
+      }
+      return {};
+    }
     case Coll::all_reduce:
     case Coll::reduce_scatter:
+    case Coll::reduce:
       break;
   }
   return visit_dtype(c.dtype, [&](auto d) -> Status {
@@ -92,6 +131,13 @@ inline Status plain_native(const NativeCall& c) {
                 const auto [qlo, qhi] = detail::slice(c.count, sizeof(T), n, q);
                 if (qhi > qlo) std::memcpy(buf + qlo, other + qlo, (qhi - qlo) * sizeof(T));
               }
+            } else if (c.coll == Coll::reduce) {
+              const auto [lo, hi] = detail::slice(c.count, sizeof(T), n, r);
+              src[0] = detail::at<const T>(c.send) + lo;
+              for (std::size_t q = 0, j = 1; q < n; ++q) {
+                if (q != r) src[j++] = other + lo;
+              }
+              if (hi > lo) kernels::combine_n(d, o, detail::at<T>(c.recv) + lo, src, n, hi - lo, n);
             } else {
               src[0] = detail::at<const T>(c.send) + r * c.count;
               for (std::size_t q = 0, j = 1; q < n; ++q) {

@@ -10,7 +10,7 @@ py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"$perf" all_reduce all_gather -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 -t 2 --vs-native \
+"$perf" all_reduce all_gather reduce scatter all_to_all -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 -t 2 --vs-native \
   --csv "$dir/r.csv" --json "$dir/r.json"
 "$py" - "$dir/r.json" "$dir/r.csv" <<'PY'
 import csv, json, sys
@@ -23,6 +23,12 @@ for r in rows:
         m = r[k]
         if m:
             assert m["wrong"] == 0 and m["time_us"] > 0 and m["native_us"] > 0 and m["ratio"] > 0, r
+colls = {r["collective"] for r in rows}
+assert colls == {"all_reduce", "all_gather", "reduce", "scatter", "all_to_all"}, colls
+for r in rows:
+    rooted = r["collective"] in ("reduce", "scatter")
+    assert r["root"] == (0 if rooted else -1), r
+    assert (r["in_place"] is None) == (r["collective"] == "all_to_all"), r
 c = list(csv.DictReader(open(sys.argv[2])))
 assert len(c) == sum((r["out_of_place"] is not None) + (r["in_place"] is not None) for r in rows), len(c)
 assert all(x["wrong"] == "0" and float(x["busbw_gbps"]) >= 0 for x in c)
