@@ -1,5 +1,8 @@
 // The conformance suite on Mpi: one rank per MPI process, world = the MPI
-// world launched by mpiexec. Built once per policy bundle (POLYCOLL_MPI_POLICIES).
+// world launched by mpiexec. Built once per policy bundle (POLYCOLL_MPI_POLICIES),
+// and once with op_timeout and the consistency check on (POLYCOLL_MPI_TIMED_CHECK:
+// every blocking collective then takes the polled MPI_I* path, after a
+// fingerprint exchange).
 #include <polycoll/backends/mpi.hpp>
 
 #include "../support.hpp"
@@ -27,7 +30,12 @@ struct MpiFixture {
   static std::vector<Report> run(std::size_t world, F body) {
     Report rep;
     rep.world = world;
-    auto comm = Backend::world();
+    Options o;
+#ifdef POLYCOLL_MPI_TIMED_CHECK
+    o.op_timeout = std::chrono::milliseconds(60000);
+    o.check_consistency = true;
+#endif
+    auto comm = Backend::world(o);
     if (!comm) {
       rep.failures.push_back("Mpi::world: " + comm.error().message);
       return {rep};

@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -161,6 +162,13 @@ struct CommState {
   std::optional<Error> deferred;  // an error found while posting, returned by the next sync()
   std::size_t groups = 0;         // open groups (p2p is posted as submitted: nothing to batch)
   std::vector<int> v_ints;        // the v-collectives' int counts and displacements, reused
+  bool check = false;             // Options::check_consistency or POLYCOLL_CHECK=1
+  std::uint64_t coll_seq = 0;     // collectives so far: the fingerprints' sequence number
+  std::vector<std::uint64_t> xbuf;  // every rank's fingerprint (or split's color and key), then mine; reused
+  // Buffers of internal exchanges and v-collective arrays whose collective
+  // timed out: MPI may still use them until a later sync() completes it.
+  std::vector<std::vector<std::uint64_t>> retired_x;
+  std::vector<std::vector<int>> retired_ints;
 };
 
 }  // namespace detail::mpi
@@ -298,6 +306,20 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
     s->serialized = provided < MPI_THREAD_MULTIPLE;
+    s->check = options.check_consistency || detail::check_from_environment();
+    if (s->check) {
+      try {
+        s->xbuf.resize(fp_words * (s->size + 1));
+      } catch (const std::bad_alloc&) {
+        if (s->owned) {
+          MPI_Comm_free(&s->comm);
+        } else if (s->saved != MPI_ERRHANDLER_NULL) {
+          MPI_Comm_set_errhandler(s->comm, s->saved);
+          MPI_Errhandler_free(&s->saved);
+        }
+        return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
+      }
+    }
     return BasicMpi(std::move(s));
   }
 
@@ -350,6 +372,122 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     return c;
   }
 
+  // ------------------------------------------------------------ timeouts and the consistency check
+
+  static constexpr std::size_t fp_words = std::tuple_size_v<detail::Fingerprint>;
+
+  // The deadline of a call that starts now (none without op_timeout: one test).
+  std::optional<detail::Clock::time_point> deadline() const {
+    return detail::deadline_after(state_->options.op_timeout);
+  }
+
+  // Between fruitless polls: spin a little, then yield, then sleep briefly so
+  // that a peer sharing the core runs (MPICH busy-polls too).
+  static void back_off(unsigned& idle) noexcept {
+    if (++idle <= 64) return;
+    if (idle < 4096) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // Completes `req`, the MPI_I* form of collective `c` (numbered) posted by a caller
+  // that blocks (the blocking policy with op_timeout set, an internal
+  // exchange), polling until `deadline`. On expiry the collective stays
+  // posted, since MPI cannot cancel one: it joins the pending operations, so
+  // the error lists it, a later sync() can still complete it (its buffers
+  // must stay valid until then) and the destructor drops it. Lock held.
+  Status await(MPI_Request& req, const detail::CallDesc& c, MPI_Datatype dt, const detail::mpi::Finish& f,
+               const char* fn, const std::optional<detail::Clock::time_point>& deadline) {
+    unsigned idle = 0;
+    for (;;) {
+      int flag = 0;
+      MPI_Status st{};
+      const int rc = MPI_Test(&req, &flag, &st);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, fn);
+      if (flag) {
+        f.run();
+        return {};
+      }
+      if (detail::Clock::now() >= *deadline) break;
+      back_off(idle);
+    }
+    state_->pool.add(req, c, dt, f);
+    return tl::unexpected(this->error(
+        Errc::timeout, c,
+        detail::cat("timed out after ", state_->options.op_timeout->count(), " ms (did every rank make this call?); "
+                    "pending: ", pending_text(), "; the collective stays posted (MPI cannot cancel one): its buffers "
+                    "must stay valid until a later sync() completes it")));
+  }
+
+  // A posted MPI_I* collective: kept for sync() under the nonblocking policy,
+  // completed now (bounded by `deadline`) under the blocking one.
+  Status posted(MPI_Request req, const detail::CallDesc& c, MPI_Datatype dt, const detail::mpi::Finish& f,
+                const char* fn, const std::optional<detail::Clock::time_point>& deadline) {
+    if constexpr (nonblocking) {
+      state_->pool.add(req, numbered(c), dt, f);
+      return {};
+    } else {
+      return await(req, numbered(c), dt, f, fn, deadline);
+    }
+  }
+
+  // A blocking internal all-gather of `words` uint64 per rank from the end of
+  // state_->xbuf into its front, bounded by `deadline` when set. On a timeout
+  // the buffer is retired (MPI may still write it) and replaced. Lock held.
+  Status exchange(const detail::CallDesc& c, std::size_t words,
+                  const std::optional<detail::Clock::time_point>& deadline) {
+    auto& x = state_->xbuf;
+    const std::uint64_t* mine = x.data() + words * state_->size;
+    const int n = static_cast<int>(words);
+    if (!deadline) {
+      const int rc = MPI_Allgather(mine, n, MPI_UINT64_T, x.data(), n, MPI_UINT64_T, state_->comm);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allgather");
+      return {};
+    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    const int rc = MPI_Iallgather(mine, n, MPI_UINT64_T, x.data(), n, MPI_UINT64_T, state_->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallgather");
+    auto done = await(req, numbered(c), MPI_DATATYPE_NULL, {}, "MPI_Iallgather", deadline);
+    if (!done) {
+      try {
+        std::vector<std::uint64_t> fresh(x.size());
+        state_->retired_x.push_back(std::move(x));
+        x = std::move(fresh);
+      } catch (const std::bad_alloc&) {
+        // Keeping the old buffer in place is all that is left: the check stays usable.
+      }
+    }
+    return done;
+  }
+
+  // The consistency check (Options::check_consistency or POLYCOLL_CHECK=1):
+  // before each collective the ranks all-gather their fingerprints (call,
+  // count, dtype, op, root, sequence number); any difference is
+  // Errc::mismatch on every rank, naming what each differing rank called,
+  // instead of a hang or corrupted data. One MPI_Allgather of 48 bytes per
+  // rank per collective (cost measured in docs/reliability.md). Lock held.
+  Status check(const detail::CallDesc& call, const std::optional<detail::Clock::time_point>& deadline) {
+    if (!state_->check) [[likely]] return {};
+    detail::CallDesc c = call;
+    c.seq = ++state_->coll_seq;
+    const std::size_t w = state_->size;
+    auto& x = state_->xbuf;
+    const detail::Fingerprint mine = detail::fingerprint(c);
+    std::copy(mine.begin(), mine.end(), x.begin() + static_cast<std::ptrdiff_t>(fp_words * w));
+    if (auto s = exchange(c, fp_words, deadline); !s) return s;
+    std::string diff;
+    for (std::size_t q = 0; q < w; ++q) {
+      const detail::CallDesc other = detail::from_fingerprint(x.data() + fp_words * q);
+      if (!detail::same_collective(other, c)) {
+        diff += detail::cat(diff.empty() ? "" : "; ", "rank ", q, " called ", detail::describe(other));
+      }
+    }
+    if (diff.empty()) return {};
+    return tl::unexpected(this->error(Errc::mismatch, c, detail::cat("consistency check failed: ", diff)));
+  }
+
   // ------------------------------------------------------------ collectives
 
   template <DType D, ReduceOp Op, class T>
@@ -361,14 +499,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
+    const auto dl = deadline();
     auto guard = lock();
-    if constexpr (nonblocking) {
+    if (auto s = check(c, dl); !s) return s;
+    if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallreduce");
       detail::mpi::Finish f;
       if constexpr (Op == ReduceOp::Avg) f = {&detail::mpi::divide_finish<D>, buf, nullptr, count, state_->size};
-      state_->pool.add(req, numbered(c), dt, f);
+      return posted(req, c, dt, f, "MPI_Iallreduce", dl);
     } else {
       rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
@@ -396,8 +536,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int n = static_cast<int>(count);
     T* const result = in_place ? const_cast<T*>(send) : recv;
     const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
+    const auto dl = deadline();
     auto guard = lock();
-    if constexpr (nonblocking) {
+    if (auto s = check(c, dl); !s) return s;
+    if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Ireduce_scatter_block(sbuf, result, n, dt, op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ireduce_scatter_block");
@@ -408,7 +550,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       } else if constexpr (avg) {
         f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, w};
       }
-      state_->pool.add(req, numbered(c), dt, f);
+      return posted(req, c, dt, f, "MPI_Ireduce_scatter_block", dl);
     } else {
       rc = MPI_Reduce_scatter_block(sbuf, result, n, dt, op, state_->comm);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Reduce_scatter_block");
@@ -423,13 +565,15 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, D, root);
     if (auto s = enter(c, count); !s) return s;
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const auto dl = deadline();
     auto guard = lock();
+    if (auto s = check(c, dl); !s) return s;
     int rc;
-    if constexpr (nonblocking) {
+    if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Ibcast(buf, static_cast<int>(count), dt, static_cast<int>(root), state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ibcast");
-      state_->pool.add(req, numbered(c), dt);
+      return posted(req, c, dt, {}, "MPI_Ibcast", dl);
     } else {
       rc = MPI_Bcast(buf, static_cast<int>(count), dt, static_cast<int>(root), state_->comm);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Bcast");
@@ -450,13 +594,15 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
     const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
+    const auto dl = deadline();
     auto guard = lock();
+    if (auto s = check(c, dl); !s) return s;
     int rc;
-    if constexpr (nonblocking) {
+    if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Iallgather(sbuf, n, dt, recv, n, dt, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallgather");
-      state_->pool.add(req, numbered(c), dt);
+      return posted(req, c, dt, {}, "MPI_Iallgather", dl);
     } else {
       rc = MPI_Allgather(sbuf, n, dt, recv, n, dt, state_->comm);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allgather");
@@ -479,8 +625,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                            ? MPI_IN_PLACE
                            : static_cast<const void*>(send);
     const int n = static_cast<int>(count), r = static_cast<int>(root);
+    const auto dl = deadline();
     auto guard = lock();
-    if constexpr (nonblocking) {
+    if (auto s = check(c, dl); !s) return s;
+    if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ireduce");
@@ -488,7 +636,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       if constexpr (Op == ReduceOp::Avg) {
         if (at_root) f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, state_->size};
       }
-      state_->pool.add(req, numbered(c), dt, f);
+      return posted(req, c, dt, f, "MPI_Ireduce", dl);
     } else {
       rc = MPI_Reduce(sbuf, recv, n, dt, op, r, state_->comm);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Reduce");
@@ -542,15 +690,17 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   }
 
   // A movement collective: `call(&req)` posts the MPI_I* form under the
-  // nonblocking policy, `call(nullptr)` the blocking form otherwise.
+  // nonblocking policy or with op_timeout set, `call(nullptr)` the blocking form otherwise.
   template <class F>
   Status rooted_call(const detail::CallDesc& c, MPI_Datatype dt, const char* blocking_fn, const char* nonblocking_fn,
                      F&& call) {
+    const auto dl = deadline();
     auto guard = lock();
-    if constexpr (nonblocking) {
+    if (auto s = check(c, dl); !s) return s;
+    if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       if (const int rc = call(&req); rc != MPI_SUCCESS) return mpi_error(c, rc, nonblocking_fn);
-      state_->pool.add(req, numbered(c), dt);
+      return posted(req, c, dt, {}, nonblocking_fn, dl);
     } else {
       if (const int rc = call(nullptr); rc != MPI_SUCCESS) return mpi_error(c, rc, blocking_fn);
     }
@@ -587,7 +737,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   // The v-collectives are blocking under both completion policies: MPI must
   // keep their count arrays until completion, which a reused buffer cannot
-  // promise to a posted request (see docs/mpi.md).
+  // promise to a posted request (see docs/mpi.md). With op_timeout set they
+  // are MPI_I* calls awaited here; one that times out takes its arrays along
+  // (state_->retired_ints) until a sync() completes it.
   template <DType D, class T>
   Status all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv,
                            const detail::VLayout& layout) {
@@ -604,12 +756,21 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       if (!in_place && send_count != 0) std::memmove(static_cast<void*>(dst), send, send_count * sizeof(T));
       return {};
     }
+    const auto dl = deadline();
     auto guard = lock();
+    if (auto s = check(c, dl); !s) return s;
     if (auto s = to_ints(c, {&layout}); !s) return s;
     const int* ints = state_->v_ints.data();
     const std::size_t w = state_->size;
-    const int rc = MPI_Allgatherv(in_place ? MPI_IN_PLACE : static_cast<const void*>(send),
-                                  static_cast<int>(send_count), dt, recv, ints, ints + w, dt, state_->comm);
+    const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
+    const int sn = static_cast<int>(send_count);
+    if (dl) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      const int rc = MPI_Iallgatherv(sbuf, sn, dt, recv, ints, ints + w, dt, state_->comm, &req);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallgatherv");
+      return await_v(req, c, dt, "MPI_Iallgatherv", dl);
+    }
+    const int rc = MPI_Allgatherv(sbuf, sn, dt, recv, ints, ints + w, dt, state_->comm);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allgatherv");
     return {};
   }
@@ -620,14 +781,38 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D);
     if (auto s = enter(c, 0); !s) return s;
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const auto dl = deadline();
     auto guard = lock();
+    if (auto s = check(c, dl); !s) return s;
     if (auto s = to_ints(c, {&sl, &rl}); !s) return s;
     const int* ints = state_->v_ints.data();
     const std::size_t w = state_->size;
+    if (dl) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      const int rc = MPI_Ialltoallv(send, ints, ints + w, dt, recv, ints + 2 * w, ints + 3 * w, dt, state_->comm, &req);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ialltoallv");
+      return await_v(req, c, dt, "MPI_Ialltoallv", dl);
+    }
     const int rc =
         MPI_Alltoallv(send, ints, ints + w, dt, recv, ints + 2 * w, ints + 3 * w, dt, state_->comm);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Alltoallv");
     return {};
+  }
+
+  // await() for a v-collective: on a timeout its count arrays are retired
+  // with it, so the next v-collective does not overwrite what MPI still reads.
+  Status await_v(MPI_Request& req, const detail::CallDesc& c, MPI_Datatype dt, const char* fn,
+                 const std::optional<detail::Clock::time_point>& dl) {
+    auto done = await(req, numbered(c), dt, {}, fn, dl);
+    if (!done) {
+      try {
+        state_->retired_ints.push_back(std::move(state_->v_ints));
+        state_->v_ints = {};
+      } catch (const std::bad_alloc&) {
+        // The arrays stay where they are; nothing better is possible.
+      }
+    }
+    return done;
   }
 
   // Isend and the matched receives are posted as they are submitted and
@@ -850,13 +1035,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       guard.unlock();
       if (progressed) {
         idle = 0;
-      } else if (++idle > 64) {
-        // Back off so a peer sharing the core runs (MPICH busy-polls too).
-        if (idle < 4096) {
-          std::this_thread::yield();
-        } else {
-          std::this_thread::sleep_for(std::chrono::microseconds(20));
-        }
+      } else {
+        back_off(idle);
       }
       guard.lock();
     }
@@ -864,14 +1044,17 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   // sync()'s and barrier()'s completion of everything posted before it,
   // bounded by op_timeout. Lock held (released while polling).
-  Status complete(const detail::CallDesc& c, std::unique_lock<std::mutex>& guard) {
+  Status complete(const detail::CallDesc& c, std::unique_lock<std::mutex>& guard,
+                  const std::optional<detail::Clock::time_point>& dl) {
     std::optional<Error> first = std::exchange(state_->deferred, std::nullopt);
     bool done = true;
-    if (!state_->pool.empty()) {
-      const auto& timeout = state_->options.op_timeout;
-      done = drain(detail::deadline_after(timeout), state_->seq, guard, first);
+    if (!state_->pool.empty()) done = drain(dl, state_->seq, guard, first);
+    if (state_->pool.empty()) {
+      // Every timed-out collective has completed: MPI is done with their buffers.
+      state_->retired_x.clear();
+      state_->retired_ints.clear();
+      if (!state_->deferred) state_->pool.mark_idle();
     }
-    if (state_->pool.empty() && !state_->deferred) state_->pool.mark_idle();
     if (first) return tl::unexpected(std::move(*first));
     if (!done) {
       return tl::unexpected(this->error(
@@ -898,15 +1081,18 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     // Nothing posted since the last complete sync (blocking collectives post
     // nothing): no lock, no polling. Measured in docs/mpi.md.
     if (!state_->pool.busy()) [[likely]] return {};
+    const auto dl = deadline();
     auto guard = lock();
-    return complete(c, guard);
+    return complete(c, guard, dl);
   }
 
   Status barrier_impl() {
     const auto c = detail::CallDesc::plain(detail::Call::barrier);
     if (auto s = enter(c, 0); !s) return s;
+    const auto dl = deadline();
     auto guard = lock();
-    if (auto s = complete(c, guard); !s) return s;
+    if (auto s = complete(c, guard, dl); !s) return s;
+    if (auto s = check(c, dl); !s) return s;
     if (!state_->options.op_timeout) {
       const int rc = MPI_Barrier(state_->comm);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Barrier");
@@ -917,7 +1103,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int rc = MPI_Ibarrier(state_->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ibarrier");
     state_->pool.add(req, numbered(c), MPI_DATATYPE_NULL);
-    return complete(c, guard);
+    return complete(c, guard, dl);
   }
 
   // ------------------------------------------------------------ split
@@ -925,28 +1111,34 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   Result<std::optional<BasicMpi>> split_impl(std::uint32_t color, std::uint32_t key) {
     const auto c = detail::CallDesc::plain(detail::Call::split);
     if (auto s = enter(c, 0); !s) return tl::unexpected(std::move(s.error()));
+    const auto dl = deadline();
     auto guard = lock();
+    if (auto s = check(c, dl); !s) return tl::unexpected(std::move(s.error()));
     // MPI wants non-negative int colors and int keys; polycoll's are any
     // uint32. Gather everyone's (color, key) and give MPI dense equivalents:
     // the color's position among the distinct colors, the rank's position in
     // its (key, old rank) order. Every rank computes the same answer, so a
     // bad value cannot leave some ranks in the collective and others not.
+    // The exchange is bounded by op_timeout; once it completed every rank has
+    // entered split, so MPI_Comm_split (which has no nonblocking form) cannot
+    // wait for a rank that never comes.
     const std::size_t w = state_->size;
-    std::vector<std::uint32_t> all;
+    auto& x = state_->xbuf;
     try {
-      all.resize(2 * w);
+      if (x.size() < 2 * (w + 1)) x.resize(2 * (w + 1));
     } catch (const std::bad_alloc&) {
       return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory"));
     }
-    const std::uint32_t mine[2] = {color, key};
-    int rc = MPI_Allgather(mine, 2, MPI_UINT32_T, all.data(), 2, MPI_UINT32_T, state_->comm);
-    if (rc != MPI_SUCCESS) return tl::unexpected(mpi_error(c, rc, "MPI_Allgather").error());
+    x[2 * w] = color;
+    x[2 * w + 1] = key;
+    if (auto s = exchange(c, 2, dl); !s) return tl::unexpected(std::move(s.error()));
+    const std::uint64_t* all = x.data();
     int mpi_color = MPI_UNDEFINED;
     int mpi_key = 0;
     if (color != no_color) {
       std::vector<std::uint32_t> colors;
       for (std::size_t q = 0; q < w; ++q) {
-        if (all[2 * q] != no_color) colors.push_back(all[2 * q]);
+        if (all[2 * q] != no_color) colors.push_back(static_cast<std::uint32_t>(all[2 * q]));
       }
       std::sort(colors.begin(), colors.end());
       colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
@@ -956,7 +1148,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       }
     }
     MPI_Comm sub = MPI_COMM_NULL;
-    rc = MPI_Comm_split(state_->comm, mpi_color, mpi_key, &sub);
+    const int rc = MPI_Comm_split(state_->comm, mpi_color, mpi_key, &sub);
     if (rc != MPI_SUCCESS) return tl::unexpected(mpi_error(c, rc, "MPI_Comm_split").error());
     if (sub == MPI_COMM_NULL) return std::optional<BasicMpi>{};
     guard.unlock();

@@ -139,11 +139,6 @@ struct alignas(64) RankState {
   std::atomic<std::size_t> groups{0};  // open groups (p2p is posted as submitted: nothing to batch)
 };
 
-inline bool check_from_environment() noexcept {
-  const char* v = std::getenv("POLYCOLL_CHECK");
-  return v != nullptr && v[0] == '1' && v[1] == '\0';
-}
-
 struct World {
   std::size_t n;
   Options options;
@@ -156,7 +151,7 @@ struct World {
   World(std::size_t size, Options opt)
       : n(size),
         options(opt),
-        check(opt.check_consistency || check_from_environment()),
+        check(opt.check_consistency || detail::check_from_environment()),
         spin(size <= std::max(1u, std::thread::hardware_concurrency()) ? 20000u : 200u),
         ranks(new RankState[size]),
         scratch(new std::byte[size * 2 * small_bytes]) {

@@ -2,8 +2,10 @@
 // Description of one call (operation and arguments), used for error messages,
 // pending-operation lists and cross-rank fingerprints. Internal.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <limits>
 #include <string>
@@ -78,6 +80,40 @@ struct CallDesc {
 constexpr bool same_collective(const CallDesc& a, const CallDesc& b) noexcept {
   return a.call == b.call && a.count == b.count && a.has_dtype == b.has_dtype && (!a.has_dtype || a.dtype == b.dtype) &&
          a.has_op == b.has_op && (!a.has_op || a.op == b.op) && a.root == b.root && a.seq == b.seq;
+}
+
+/// POLYCOLL_CHECK=1 in the environment switches the consistency check on
+/// (as Options::check_consistency does) for every communicator made after it.
+inline bool check_from_environment() noexcept {
+  const char* v = std::getenv("POLYCOLL_CHECK");
+  return v != nullptr && v[0] == '1' && v[1] == '\0';
+}
+
+/// A collective's fingerprint as fixed-width words, for backends that compare
+/// fingerprints by exchanging them (Mpi): call, count, dtype, op, root, seq.
+using Fingerprint = std::array<std::uint64_t, 6>;
+
+constexpr Fingerprint fingerprint(const CallDesc& c) noexcept {
+  return {static_cast<std::uint64_t>(c.call), static_cast<std::uint64_t>(c.count),
+          c.has_dtype ? 0x100u | static_cast<std::uint64_t>(static_cast<std::uint8_t>(c.dtype)) : 0u,
+          c.has_op ? 0x100u | static_cast<std::uint64_t>(static_cast<std::uint8_t>(c.op)) : 0u,
+          static_cast<std::uint64_t>(c.root), c.seq};
+}
+
+/// The description a fingerprint came from (as far as same_collective and
+/// describe look). A call value out of range (a peer that is not polycoll)
+/// reads as sync, which never matches a collective.
+constexpr CallDesc from_fingerprint(const std::uint64_t* w) noexcept {
+  CallDesc c{};
+  c.call = w[0] < static_cast<std::uint64_t>(Call::count_) ? static_cast<Call>(w[0]) : Call::sync;
+  c.count = static_cast<std::size_t>(w[1]);
+  c.has_dtype = (w[2] & 0x100u) != 0;
+  c.dtype = static_cast<DType>(w[2] & 0xffu);
+  c.has_op = (w[3] & 0x100u) != 0;
+  c.op = static_cast<ReduceOp>(w[3] & 0xffu);
+  c.root = static_cast<std::size_t>(w[4]);
+  c.seq = w[5];
+  return c;
 }
 
 inline std::string dtype_text(DType d) {

@@ -1,0 +1,492 @@
+// Reliability of the Mpi backend (docs/reliability.md): op_timeout bounds
+// every blocking collective and split, the consistency check turns mismatched
+// calls into Errc::mismatch on every rank, a rank that skips a collective is
+// reported, and the load cases (100,000 small collectives with flat memory,
+// four threads submitting to one communicator) stay right. Every rank runs
+// every case; the fault cases need at least two ranks (one rank: skipped).
+#include <catch2/catch.hpp>
+
+#include <polycoll/backends/mpi.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../count_allocations.hpp"
+
+using polycoll::test::g_allocations;
+
+namespace {
+
+using namespace polycoll;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+Mpi world(Options o = {}) {
+  auto w = Mpi::world(o);
+  INFO((w ? std::string() : w.error().message));
+  REQUIRE(w.has_value());
+  return std::move(*w);
+}
+
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Resident set size in bytes (Linux).
+std::size_t rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long pages = 0, resident = 0;
+  const int got = std::fscanf(f, "%lu %lu", &pages, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * 4096ul : 0;
+}
+
+// Rank 0 tells every other rank to go on (MPI_COMM_WORLD, outside polycoll's communicator).
+void release_others(const Mpi& comm) {
+  int go = 1;
+  for (std::size_t q = 1; q < comm.world_size(); ++q) MPI_Send(&go, 1, MPI_INT, static_cast<int>(q), 4242, MPI_COMM_WORLD);
+}
+void wait_for_rank0() {
+  int go = 0;
+  MPI_Recv(&go, 1, MPI_INT, 0, 4242, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
+
+Status sync_until_done(Mpi& comm) {
+  Status s = comm.sync();
+  for (int i = 0; i < 300 && !s && s.error().code == Errc::timeout; ++i) s = comm.sync();
+  return s;
+}
+
+constexpr auto timeout = 200ms;
+// The bound the issue demands (timeout + 10%), plus scheduling slack on a
+// loaded two-core machine (sanitizer builds included).
+constexpr auto bound = timeout + timeout / 10 + 60ms;
+
+// One blocking collective of each kind, on buffers owned by the case. Every
+// rank but 0 is "late": it makes the call only after rank 0 timed out.
+struct Case {
+  const char* name;
+  const char* expect;  // in rank 0's message: the pending call
+  std::function<Status(Mpi&)> call;
+  std::function<bool(const Mpi&)> result_ok;  // rank 0's result once completed
+};
+
+TEST_CASE("op_timeout: every blocking collective a peer is late for times out on time, listing it; the late call "
+          "completes it", "[mpi][timeout][fault]") {
+  Mpi probe = world();
+  const std::size_t w = probe.world_size(), r = probe.rank();
+  if (w < 2) {
+    WARN("needs two ranks");
+    return;
+  }
+  Options o;
+  o.op_timeout = timeout;
+  Mpi comm = world(o);
+  // Buffers sized for any world: 4 elements per rank.
+  std::vector<std::int32_t> a(4 * w), b(4 * w);
+  std::vector<std::size_t> counts(w, 2), displs(w);
+  for (std::size_t q = 0; q < w; ++q) displs[q] = 2 * q;
+  auto fill = [&] {
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::int32_t>(10 * (r + 1) + i);
+    std::fill(b.begin(), b.end(), -1);
+  };
+  const auto n = static_cast<std::int32_t>(w);
+  const std::int32_t rank_sum = n * (n + 1) / 2;  // sum of (r + 1)
+  std::vector<Case> cases = {
+      {"all_reduce", "all_reduce(count=4, dtype=i32, op=sum)",
+       [&](Mpi& c) { return c.all_reduce(std::span<std::int32_t>(a.data(), 4), polycoll::sum); },
+       [&](const Mpi&) { return a[1] == 10 * rank_sum + n * 1; }},
+      {"broadcast from a late root", "broadcast(count=4, dtype=i32, root=1)",
+       [&](Mpi& c) { return c.broadcast(std::span<std::int32_t>(a.data(), 4), 1); },
+       [&](const Mpi&) { return a[2] == 22; }},
+      {"all_gather", "all_gather(count=2, dtype=i32)",
+       [&](Mpi& c) { return c.all_gather(std::span<const std::int32_t>(a.data(), 2), std::span<std::int32_t>(b.data(), 2 * w)); },
+       [&](const Mpi&) { return b[2] == 20 && b[3] == 21; }},
+      {"reduce_scatter", "reduce_scatter(count=2, dtype=i32, op=sum)",
+       [&](Mpi& c) { return c.reduce_scatter(std::span<const std::int32_t>(a.data(), 2 * w), std::span<std::int32_t>(b.data(), 2), polycoll::sum); },
+       [&](const Mpi&) { return b[1] == 10 * rank_sum + n * 1; }},
+      {"reduce to rank 0", "reduce(count=4, dtype=i32, op=max, root=0)",
+       [&](Mpi& c) { return c.reduce(std::span<const std::int32_t>(a.data(), 4), std::span<std::int32_t>(b.data(), 4), polycoll::max, 0); },
+       [&](const Mpi&) { return b[3] == 10 * n + 3; }},
+      {"gather to rank 0", "gather(count=2, dtype=i32, root=0)",
+       [&](Mpi& c) { return c.gather(std::span<const std::int32_t>(a.data(), 2), std::span<std::int32_t>(b.data(), 2 * w), 0); },
+       [&](const Mpi&) { return b[2] == 20 && b[3] == 21; }},
+      {"scatter from a late root", "scatter(count=2, dtype=i32, root=1)",
+       [&](Mpi& c) { return c.scatter(std::span<const std::int32_t>(a.data(), 2 * w), std::span<std::int32_t>(b.data(), 2), 1); },
+       [&](const Mpi&) { return b[0] == 20 && b[1] == 21; }},
+      {"all_to_all", "all_to_all(count=2, dtype=i32)",
+       [&](Mpi& c) { return c.all_to_all(std::span<const std::int32_t>(a.data(), 2 * w), std::span<std::int32_t>(b.data(), 2 * w)); },
+       [&](const Mpi&) { return b[2] == 20 && b[3] == 21; }},
+      {"all_gather_v", "all_gather_v(count=",
+       [&](Mpi& c) { return c.all_gather_v(std::span<const std::int32_t>(a.data(), 2), std::span<std::int32_t>(b.data(), 2 * w), counts, displs); },
+       [&](const Mpi&) { return b[2] == 20 && b[3] == 21; }},
+      {"all_to_all_v", "all_to_all_v(dtype=i32)",
+       [&](Mpi& c) { return c.all_to_all_v(std::span<const std::int32_t>(a.data(), 2 * w), counts, std::span<std::int32_t>(b.data(), 2 * w), counts); },
+       [&](const Mpi&) { return b[2] == 20 && b[3] == 21; }},
+  };
+  for (const Case& k : cases) {
+    SECTION(k.name) {
+      fill();
+      if (r == 0) {
+        const auto t0 = Clock::now();
+        const Status s = k.call(comm);
+        const auto took = Clock::now() - t0;
+        REQUIRE_FALSE(s);
+        INFO(s.error().message);
+        CHECK(s.error().code == Errc::timeout);
+        CHECK(contains(s.error().message, "timed out after 200 ms"));
+        CHECK(contains(s.error().message, "pending: #"));
+        CHECK(contains(s.error().message, k.expect));
+        CHECK(contains(s.error().message, "on rank 0 of " + std::to_string(w) + " [mpi]"));
+        CHECK(took >= timeout);
+        CHECK(took <= bound);
+        WARN(k.name << ": Errc::timeout after " << ms(took) << " ms (op_timeout 200 ms)");
+        CHECK(comm.pending() == 1);
+        release_others(comm);
+        // The late ranks' calls match the posted collective: sync completes it.
+        REQUIRE(sync_until_done(comm));
+        CHECK(comm.pending() == 0);
+        CHECK(k.result_ok(comm));
+      } else {
+        wait_for_rank0();
+        const Status s = k.call(comm);
+        INFO((s ? std::string() : s.error().message));
+        CHECK(s);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+  }
+}
+
+TEST_CASE("op_timeout: split and barrier with a late peer time out on time", "[mpi][timeout][fault]") {
+  Mpi probe = world();
+  const std::size_t w = probe.world_size(), r = probe.rank();
+  if (w < 2) {
+    WARN("needs two ranks");
+    return;
+  }
+  Options o;
+  o.op_timeout = timeout;
+  Mpi comm = world(o);
+  SECTION("split") {
+    if (r == 0) {
+      const auto t0 = Clock::now();
+      auto s = comm.split(0, 0);
+      const auto took = Clock::now() - t0;
+      REQUIRE_FALSE(s);
+      INFO(s.error().message);
+      CHECK(s.error().code == Errc::timeout);
+      CHECK(contains(s.error().message, "split()"));
+      CHECK(contains(s.error().message, "pending: #"));
+      CHECK(took >= timeout);
+      CHECK(took <= bound);
+      WARN("split: Errc::timeout after " << ms(took) << " ms (op_timeout 200 ms)");
+      release_others(comm);
+      // Rank 0 gave up before MPI_Comm_split, so a late split() would wait
+      // for it in MPI_Comm_split forever (docs/reliability.md); the late ranks
+      // complete the (color, key) exchange rank 0 left posted instead.
+      REQUIRE(sync_until_done(comm));
+    } else {
+      wait_for_rank0();
+      std::array<std::uint64_t, 2> mine{0, 0};
+      std::vector<std::uint64_t> all(2 * w);
+      // Nonblocking, like the exchange it completes: MPI never matches a
+      // blocking collective with a nonblocking one.
+      MPI_Request req = MPI_REQUEST_NULL;
+      REQUIRE(MPI_Iallgather(mine.data(), 2, MPI_UINT64_T, all.data(), 2, MPI_UINT64_T, comm.native(), &req) ==
+              MPI_SUCCESS);
+      REQUIRE(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    // The communicator still works.
+    std::array<int, 1> one{1};
+    REQUIRE(comm.all_reduce(one, polycoll::sum));
+    CHECK(one[0] == static_cast<int>(w));
+  }
+  SECTION("barrier") {
+    if (r == 0) {
+      const auto t0 = Clock::now();
+      const Status s = comm.barrier();
+      const auto took = Clock::now() - t0;
+      REQUIRE_FALSE(s);
+      CHECK(s.error().code == Errc::timeout);
+      CHECK(contains(s.error().message, "barrier()"));
+      CHECK(took <= bound);
+      WARN("barrier: Errc::timeout after " << ms(took) << " ms (op_timeout 200 ms)");
+      release_others(comm);
+      REQUIRE(sync_until_done(comm));
+    } else {
+      wait_for_rank0();
+      REQUIRE(comm.barrier());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+TEST_CASE("a rank that skips the last collective of a loop: the others time out naming it", "[mpi][timeout][fault]") {
+  Options o;
+  o.op_timeout = timeout;
+  o.drop_timeout = 50ms;
+  Mpi comm = world(o);
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  if (w < 2) {
+    WARN("needs two ranks");
+    return;
+  }
+  constexpr int iters = 10;
+  std::array<float, 8> v{};
+  Status last;
+  int done = 0;
+  for (int i = 0; i < iters; ++i) {
+    if (r == w - 1 && i == iters - 1) break;  // the last rank skips the last call
+    v.fill(1.0f);
+    last = comm.all_reduce(v, polycoll::sum);
+    if (!last) break;
+    ++done;
+  }
+  if (r == w - 1) {
+    CHECK(done == iters - 1);
+  } else {
+    CHECK(done == iters - 1);
+    REQUIRE_FALSE(last);
+    INFO(last.error().message);
+    CHECK(last.error().code == Errc::timeout);
+    CHECK(contains(last.error().message, "all_reduce(count=8, dtype=f32, op=sum)"));
+    CHECK(contains(last.error().message, "pending: #" + std::to_string(iters)));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (r == w - 1) {
+    v.fill(1.0f);
+    REQUIRE(comm.all_reduce(v, polycoll::sum));  // the skipped call, late: the others' posted ones complete
+  } else {
+    REQUIRE(sync_until_done(comm));
+  }
+  CHECK(v[7] == static_cast<float>(w));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Runs `mine` on this rank, expecting Errc::mismatch naming `theirs` for each other rank.
+void expect_mismatch(const Status& s, const std::string& mine_text, const std::string& theirs_text, std::size_t r,
+                     std::size_t w) {
+  REQUIRE_FALSE(s);
+  INFO(s.error().message);
+  CHECK(s.error().code == Errc::mismatch);
+  CHECK(contains(s.error().message, "consistency check failed"));
+  CHECK(contains(s.error().message, mine_text));
+  CHECK(contains(s.error().message, theirs_text));
+  CHECK(contains(s.error().message, "on rank " + std::to_string(r) + " of " + std::to_string(w) + " [mpi]"));
+}
+
+TEST_CASE("consistency check: count, op, dtype, root and call mismatches are Errc::mismatch on every rank",
+          "[mpi][check][fault]") {
+  Options o;
+  o.check_consistency = true;
+  o.op_timeout = 5s;  // a bug here must fail, not hang
+  Mpi comm = world(o);
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  if (w < 2) {
+    // One rank always agrees with itself: calls work with the check on.
+    std::array<int, 3> v{1, 2, 3};
+    REQUIRE(comm.all_reduce(v, polycoll::sum));
+    CHECK(v[2] == 3);
+    return;
+  }
+  const bool odd = r == w - 1;  // the rank that calls something else
+  std::uint64_t seq = 0;        // collectives so far (the fingerprints' sequence number)
+  std::vector<float> f(8 * w, 1.0f), g(8 * w);
+  std::vector<double> d(8, 1.0);
+  const std::string other = "rank " + std::to_string(w - 1) + " called #";
+  const std::string first = "rank 0 called #";
+  auto theirs = [&](const std::string& text) { return (odd ? first : other) + std::to_string(seq) + " " + text; };
+
+  SECTION("count") {
+    ++seq;
+    const Status s = comm.all_reduce(std::span<float>(f.data(), odd ? 5 : 4), polycoll::sum);
+    expect_mismatch(s, "all_reduce(count=", theirs(odd ? "all_reduce(count=4, dtype=f32, op=sum)"
+                                                       : "all_reduce(count=5, dtype=f32, op=sum)"), r, w);
+  }
+  SECTION("op") {
+    ++seq;
+    const Status s = odd ? comm.all_reduce(std::span<float>(f.data(), 4), polycoll::max)
+                         : comm.all_reduce(std::span<float>(f.data(), 4), polycoll::sum);
+    expect_mismatch(s, "all_reduce(count=4", theirs(odd ? "all_reduce(count=4, dtype=f32, op=sum)"
+                                                        : "all_reduce(count=4, dtype=f32, op=max)"), r, w);
+  }
+  SECTION("dtype") {
+    ++seq;
+    const Status s = odd ? comm.all_reduce(std::span<double>(d.data(), 4), polycoll::sum)
+                         : comm.all_reduce(std::span<float>(f.data(), 4), polycoll::sum);
+    expect_mismatch(s, "all_reduce(count=4", theirs(odd ? "all_reduce(count=4, dtype=f32, op=sum)"
+                                                        : "all_reduce(count=4, dtype=f64, op=sum)"), r, w);
+  }
+  SECTION("root") {
+    ++seq;
+    const Status s = comm.broadcast(std::span<float>(f.data(), 3), odd ? 1 : 0);
+    expect_mismatch(s, "broadcast(count=3", theirs(odd ? "broadcast(count=3, dtype=f32, root=0)"
+                                                       : "broadcast(count=3, dtype=f32, root=1)"), r, w);
+  }
+  SECTION("a skipped collective: the next call differs") {
+    // Every rank makes one all_reduce; the odd rank then skips the second
+    // all_reduce and calls all_gather: call #2 differs.
+    ++seq;
+    REQUIRE(comm.all_reduce(std::span<float>(f.data(), 2), polycoll::sum));
+    ++seq;
+    const Status s = odd ? comm.all_gather(std::span<const float>(f.data(), 2), std::span<float>(g.data(), 2 * w))
+                         : comm.all_reduce(std::span<float>(f.data(), 2), polycoll::sum);
+    expect_mismatch(s, odd ? "all_gather(count=2" : "all_reduce(count=2",
+                    theirs(odd ? "all_reduce(count=2, dtype=f32, op=sum)" : "all_gather(count=2, dtype=f32)"), r, w);
+  }
+  SECTION("split, barrier and the new collectives are checked too") {
+    ++seq;
+    if (odd) {
+      expect_mismatch(comm.barrier(), "barrier()", theirs("reduce(count=4, dtype=f32, op=sum, root=0)"), r, w);
+    } else {
+      expect_mismatch(comm.reduce(std::span<const float>(f.data(), 4), std::span<float>(g.data(), 4), polycoll::sum, 0),
+                      "reduce(count=4", theirs("barrier()"), r, w);
+    }
+    ++seq;
+    if (odd) {
+      auto s = comm.split(1, 0);
+      REQUIRE_FALSE(s);
+      expect_mismatch(tl::unexpected(s.error()), "split()", theirs("scatter(count=2, dtype=f32, root=0)"), r, w);
+    } else {
+      expect_mismatch(comm.scatter(std::span<const float>(f.data(), 2 * w), std::span<float>(g.data(), 2), 0),
+                      "scatter(count=2", theirs("split()"), r, w);
+    }
+  }
+  // After any mismatch the ranks are still in step: matching calls work.
+  std::array<int, 2> one{1, 1};
+  REQUIRE(comm.all_reduce(one, polycoll::sum));
+  CHECK(one[1] == static_cast<int>(w));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("consistency check: POLYCOLL_CHECK=1 switches it on", "[mpi][check]") {
+  ::setenv("POLYCOLL_CHECK", "1", 1);
+  Mpi comm = world();
+  ::unsetenv("POLYCOLL_CHECK");
+  Mpi unchecked = world();
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  std::array<std::int64_t, 4> v{};
+  v.fill(1);
+  const Status s = comm.all_reduce(std::span<std::int64_t>(v.data(), w > 1 && r == w - 1 ? 3 : 4), polycoll::sum);
+  if (w > 1) {
+    REQUIRE_FALSE(s);
+    CHECK(s.error().code == Errc::mismatch);
+  } else {
+    CHECK(s);
+  }
+  v.fill(1);
+  REQUIRE(unchecked.all_reduce(v, polycoll::sum));
+  CHECK(v[3] == static_cast<std::int64_t>(w));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int load_calls = 20'000;  // sanitizer builds: the same loop, shorter
+#else
+constexpr int load_calls = 100'000;
+#endif
+
+TEST_CASE("load: 100,000 small collectives, every result right, memory flat", "[mpi][load]") {
+  Mpi comm = world();
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const auto n = static_cast<std::int32_t>(w);
+  std::array<std::int32_t, 4> v{};
+  std::vector<std::int32_t> g(4 * w), h(4 * w);
+  int wrong = 0;
+  auto step = [&](int i) {
+    const auto k = static_cast<std::int32_t>(i & 0xff);
+    switch (i & 3) {
+      case 0:
+        v.fill(static_cast<std::int32_t>(r) + k);
+        if (!comm.all_reduce(v, polycoll::sum) || v[3] != n * (n - 1) / 2 + n * k) ++wrong;
+        break;
+      case 1:
+        v.fill(r == 0 ? k : -1);
+        if (!comm.broadcast(v, 0) || v[2] != k) ++wrong;
+        break;
+      case 2:
+        v.fill(static_cast<std::int32_t>(r) + k);
+        if (!comm.all_gather(std::span<const std::int32_t>(v.data(), 2), std::span<std::int32_t>(g.data(), 2 * w)) ||
+            g[2 * w - 1] != n - 1 + k) {
+          ++wrong;
+        }
+        break;
+      default:
+        std::fill(h.begin(), h.end(), k);
+        if (!comm.reduce_scatter(std::span<const std::int32_t>(h.data(), 2 * w), std::span<std::int32_t>(v.data(), 2),
+                                 polycoll::sum) ||
+            v[1] != n * k) {
+          ++wrong;
+        }
+        break;
+    }
+  };
+  for (int i = 0; i < 1000; ++i) step(i);  // warm-up: cached ops, MPI's lazily made buffers
+  const std::size_t rss0 = rss_bytes();
+  const std::size_t allocs0 = g_allocations.load();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < load_calls; ++i) step(i);
+  const auto took = Clock::now() - t0;
+  const std::size_t allocs = g_allocations.load() - allocs0;
+  const std::size_t rss1 = rss_bytes();
+  CHECK(wrong == 0);
+  CHECK(allocs == 0);
+  const long long grew = static_cast<long long>(rss1) - static_cast<long long>(rss0);
+  CHECK(grew < 1024 * 1024);
+  WARN(load_calls << " collectives on " << w << " rank(s): " << ms(took) << " ms, " << allocs
+                  << " allocations, RSS " << rss0 / 1024 << " -> " << rss1 / 1024 << " KiB");
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("load: 4 threads submit to one communicator at once", "[mpi][load][threads]") {
+  Mpi comm = world();
+  if (comm.serialized()) WARN("MPI provides less than MPI_THREAD_MULTIPLE: polycoll serializes");
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const auto n = static_cast<std::int32_t>(w);
+  constexpr int threads = 4, iters = 500;
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      // Collectives: the threads of a rank make identical calls, so whichever
+      // order each rank's lock admits them in, every result is the same.
+      std::array<std::int32_t, 8> v{};
+      for (int i = 0; i < iters; ++i) {
+        v.fill(static_cast<std::int32_t>(r) + 1);
+        if (!comm.all_reduce(v, polycoll::sum) || v[7] != n * (n + 1) / 2) ++wrong;
+      }
+      // Point to point with a tag per thread: the pairing is exact.
+      const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+      std::array<std::int32_t, 4> out{}, in{};
+      for (int i = 0; i < iters / 10; ++i) {
+        out.fill(static_cast<std::int32_t>(1000 * r + 10 * t + (i & 7)));
+        in.fill(-1);
+        const auto tag = static_cast<std::uint32_t>(100 + t);
+        if (!comm.send(std::span<const std::int32_t>(out), next, tag) || !comm.recv(std::span<std::int32_t>(in), prev, tag)) {
+          ++wrong;
+        }
+        // sync() is communicator-wide: it may also complete other threads' work, fine.
+        if (!comm.sync()) ++wrong;
+        if (in[3] != static_cast<std::int32_t>(1000 * prev + 10 * t + (i & 7))) ++wrong;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE(comm.sync());
+  CHECK(wrong == 0);
+  CHECK(comm.pending() == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
