@@ -33,7 +33,8 @@ inline constexpr std::uint32_t no_color = 0xFFFFFFFFu;
 
 /// Options every backend factory takes last.
 struct Options {
-  /// Bounds sync()/barrier(); none = wait forever.
+  /// Bounds every blocking point (sync, barrier, blocking collectives, split;
+  /// Nccl: see docs/nccl.md); none = wait forever. Set it alike on every rank.
   std::optional<std::chrono::milliseconds> op_timeout;
   /// How long a destructor waits for pending work before it logs and releases.
   std::chrono::milliseconds drop_timeout{5000};

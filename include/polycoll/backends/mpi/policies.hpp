@@ -10,7 +10,9 @@
 namespace polycoll::mpi {
 
 /// Completion policy: collectives call the blocking MPI function and are
-/// complete on return (sync() then only completes send/recv).
+/// complete on return (sync() then only completes send/recv). With
+/// Options::op_timeout set they post the MPI_I* form and poll it until the
+/// deadline instead, so that they return Errc::timeout rather than hang.
 struct blocking {
   /// Collectives block.
   static constexpr bool is_nonblocking = false;
@@ -19,8 +21,7 @@ struct blocking {
 };
 
 /// Completion policy: collectives post the MPI_I* function and return; sync()
-/// and barrier() complete them (together with send/recv), so op_timeout also
-/// bounds collectives.
+/// and barrier() complete them (together with send/recv), bounded by op_timeout.
 struct nonblocking {
   /// Collectives are MPI_I* requests completed by sync().
   static constexpr bool is_nonblocking = true;
