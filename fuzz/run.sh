@@ -11,4 +11,6 @@ clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-reco
 rm -rf "$work/corpus"
 cp -r "$src/fuzz/corpus" "$work/corpus"
 cd "$work"
-"$exe" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 corpus 2>&1 | tail -n 25
+# The recommended-dictionary lines (they start with a quote) would push the
+# INITED/DONE lines with cov and ft out of the tail.
+"$exe" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 corpus 2>&1 | grep -v '^"' | tail -n 25
