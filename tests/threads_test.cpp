@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -18,7 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "count_allocations.hpp"
+
 
 using polycoll::test::g_allocations;
 
@@ -76,6 +82,8 @@ TEST_CASE("a rank that never arrives: the others time out, naming it and the cal
     });
   }
   for (auto& t : ts) t.join();
+  WARN("all_reduce() with rank 2 absent, op_timeout 100 ms: ranks 0 and 1 returned after " << elapsed[0] << " and "
+                                                                                            << elapsed[1] << " ms");
   for (std::size_t r = 0; r < 2; ++r) {
     INFO("rank " << r);
     REQUIRE_FALSE(results[r]);
@@ -109,6 +117,7 @@ TEST_CASE("sync and barrier time out listing the pending operations", "[threads]
     const auto t0 = Clock::now();
     const Status s = comms[0].sync();
     const double ms = ms_since(t0);
+    WARN("sync() with an unmatched recv, op_timeout 80 ms: returned after " << ms << " ms");
     REQUIRE_FALSE(s);
     CHECK(s.error().code == Errc::timeout);
     INFO(s.error().message);
@@ -118,9 +127,14 @@ TEST_CASE("sync and barrier time out listing the pending operations", "[threads]
   }
   SECTION("barrier without the peer") {
     auto comms = make(2, o);
+    const auto t0 = Clock::now();
     const Status s = comms[1].barrier();
+    const double ms = ms_since(t0);
+    WARN("barrier() without the peer, op_timeout 80 ms: returned after " << ms << " ms");
     REQUIRE_FALSE(s);
     CHECK(s.error().code == Errc::timeout);
+    CHECK(ms >= 75.0);
+    CHECK(ms < 88.0 + 50.0);  // timeout + 10%, plus scheduling slack on 2 shared cores
     CHECK(s.error().message.find("barrier() on rank 1 of 2 [threads]") != std::string::npos);
     CHECK(s.error().message.find("rank(s) 0") != std::string::npos);
   }
@@ -373,6 +387,7 @@ TEST_CASE("a rank that never joins a gather: the others time out naming the call
   body(0);
   t.join();
   const double ms = ms_since(t0);
+  WARN("gather() with rank 2 absent, op_timeout 150 ms: both ranks done after " << ms << " ms");
   CHECK(ms < 150 * 1.1 + 100);
   for (std::size_t r = 0; r < 2; ++r) {
     REQUIRE_FALSE(res[r]);
@@ -382,6 +397,78 @@ TEST_CASE("a rank that never joins a gather: the others time out naming the call
   const Status& timed_out = res[0].error().code == Errc::timeout ? res[0] : res[1];
   CHECK(timed_out.error().message.find("gather(count=2, dtype=f64, root=0)") != std::string::npos);
   CHECK(timed_out.error().message.find("rank(s) 2") != std::string::npos);
+}
+
+TEST_CASE("a rank that never joins split: the others time out within op_timeout + 10%, naming split",
+          "[threads][timeout][split]") {
+  Options o;
+  o.op_timeout = 150ms;
+  auto comms = make(3, o);
+  std::array<Result<std::optional<Threads>>, 2> res;
+  std::array<double, 2> elapsed{};
+  std::vector<std::thread> ts;
+  for (std::size_t r = 0; r < 2; ++r) {
+    ts.emplace_back([&, r] {
+      const auto t0 = Clock::now();
+      res[r] = comms[r].split(7, static_cast<std::uint32_t>(r));
+      elapsed[r] = ms_since(t0);
+    });
+  }
+  for (auto& t : ts) t.join();
+  WARN("split() with rank 2 absent, op_timeout 150 ms: ranks 0 and 1 returned after " << elapsed[0] << " and "
+                                                                                       << elapsed[1] << " ms");
+  bool any_timeout = false;
+  for (std::size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    REQUIRE_FALSE(res[r]);
+    const auto& e = res[r].error();
+    INFO(e.message);
+    // The first to expire reports the timeout; the other may see the abort it caused.
+    CHECK((e.code == Errc::timeout || e.code == Errc::aborted));
+    if (e.code == Errc::timeout) {
+      any_timeout = true;
+      CHECK(e.message.find("#1 split() on rank " + std::to_string(r) + " of 3 [threads]") != std::string::npos);
+      CHECK(e.message.find("waiting for rank(s) 2") != std::string::npos);
+      CHECK(elapsed[r] >= 150.0 * 0.95);
+    }
+    CHECK(elapsed[r] <= 150.0 * 1.1 + 50.0);  // timeout + 10%, plus scheduling slack on 2 shared cores
+  }
+  CHECK(any_timeout);
+  // The late rank finds the communicator aborted rather than waiting for peers that left.
+  const auto t0 = Clock::now();
+  const auto late = comms[2].split(7, 2);
+  CHECK(ms_since(t0) <= 150.0 * 1.1 + 50.0);
+  REQUIRE_FALSE(late);
+  CHECK(late.error().code == Errc::aborted);
+  CHECK(late.error().message.find("split()") != std::string::npos);
+}
+
+TEST_CASE("barrier after p2p that completes late: the whole barrier stays within op_timeout + 10%",
+          "[threads][timeout][!shouldfail]") {
+  // KNOWN ISSUE (marked !shouldfail; drop the tag once fixed): barrier_impl()
+  // takes one deadline for its sync() part and a fresh one for its arrival, so
+  // a peer that completes the p2p at 1/3 of op_timeout and then never joins the
+  // barrier makes barrier() return after ~4/3 x op_timeout. The send comes
+  // 100 ms in, 200 ms before the deadline, so even a late wake-up completes the
+  // sync part in time, and the bug shows as >= 400 ms against a 380 ms bound.
+  Options o;
+  o.op_timeout = 300ms;
+  auto comms = make(2, o);
+  std::array<int, 4> in{}, out{1, 2, 3, 4};
+  REQUIRE(comms[0].recv(std::span<int>(in), 1, 9));
+  std::thread late([&] {
+    std::this_thread::sleep_for(100ms);
+    (void)comms[1].send(std::span<const int>(out), 0, 9);  // completes rank 0's recv; rank 1 skips the barrier
+  });
+  const auto t0 = Clock::now();
+  const Status s = comms[0].barrier();
+  const double ms = ms_since(t0);
+  late.join();
+  WARN("barrier() whose p2p completes after 100 ms, peer absent, op_timeout 300 ms: returned after " << ms << " ms");
+  REQUIRE_FALSE(s);
+  CHECK(s.error().code == Errc::timeout);
+  CHECK(in[3] == 4);
+  CHECK(ms <= 300.0 * 1.1 + 50.0);
 }
 
 TEST_CASE("Threads through AnyCommunicator", "[threads][any]") {
@@ -466,6 +553,435 @@ TEST_CASE("no allocation on the hot path: every collective, both paths, and p2p"
     // Every thread measured a window that contains only the ranks' own calls.
     CHECK(during == 0);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Resident set size from /proc/self/statm (second field, in pages), and the
+// part of it that is file-backed (third field: code and other shared pages).
+// Read with open/read into a stack buffer, so that reading allocates nothing.
+struct Resident {
+  std::size_t total = 0;
+  std::size_t file = 0;
+};
+Resident resident_bytes() {
+  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  char text[128];
+  const ssize_t got = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (got <= 0) return {};
+  text[got] = '\0';
+  unsigned long size = 0, resident = 0, shared = 0;
+  if (std::sscanf(text, "%lu %lu %lu", &size, &resident, &shared) != 3) return {};
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return {static_cast<std::size_t>(resident) * page, static_cast<std::size_t>(shared) * page};
+}
+
+std::uint64_t load_iterations(std::uint64_t fallback) {
+  const char* v = std::getenv("POLYCOLL_TEST_LOAD_ITERS");
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::strtoull(v, nullptr, 10);
+}
+
+// One step of the 2-rank load loop: collective number i, on rank r, checked
+// against its closed form. Returns false on an error or a wrong result. Every
+// buffer is the caller's (on its stack), so a step allocates nothing itself.
+bool load_step(Threads& c, std::size_t r, std::uint64_t i) {
+  constexpr std::size_t n = 2;
+  const auto b = static_cast<std::int32_t>(i % 1000);  // keeps every float sum exact
+  const std::size_t root = (i / 16) % n;
+  switch (i % 16) {
+    case 0:
+    case 1:
+    case 2: {  // all_reduce, 4 x i32, sum
+      std::array<std::int32_t, 4> v;
+      for (std::size_t j = 0; j < v.size(); ++j) v[j] = static_cast<std::int32_t>(r + 1) * b + static_cast<std::int32_t>(j);
+      if (!c.all_reduce(std::span<std::int32_t>(v), polycoll::sum)) return false;
+      for (std::size_t j = 0; j < v.size(); ++j) {
+        if (v[j] != 3 * b + 2 * static_cast<std::int32_t>(j)) return false;
+      }
+      return true;
+    }
+    case 3:
+    case 4: {  // all_reduce, 3 x f32, sum (static op) or max (run-time op)
+      std::array<float, 3> v;
+      for (std::size_t j = 0; j < v.size(); ++j) v[j] = static_cast<float>(b + static_cast<std::int32_t>(r * j));
+      const bool sum = i % 16 == 3;
+      const Status s = sum ? c.all_reduce(std::span<float>(v), polycoll::sum)
+                           : c.all_reduce(std::span<float>(v), ReduceOp::Max);
+      if (!s) return false;
+      for (std::size_t j = 0; j < v.size(); ++j) {
+        const auto jj = static_cast<std::int32_t>(j);
+        if (v[j] != static_cast<float>(sum ? 2 * b + jj : b + jj)) return false;
+      }
+      return true;
+    }
+    case 5: {  // all_reduce, 2 x f64, min
+      std::array<double, 2> v;
+      for (std::size_t j = 0; j < v.size(); ++j) v[j] = static_cast<double>(b) - static_cast<double>(r * j);
+      if (!c.all_reduce(std::span<double>(v), polycoll::min)) return false;
+      return v[0] == b && v[1] == b - 1.0;
+    }
+    case 6:
+    case 7: {  // broadcast, 5 x i64, from rank i % 2
+      const std::size_t from = i % n;
+      std::array<std::int64_t, 5> v;
+      for (std::size_t j = 0; j < v.size(); ++j) v[j] = r == from ? b * 10 + static_cast<std::int64_t>(j) : -1;
+      if (!c.broadcast(std::span<std::int64_t>(v), from)) return false;
+      for (std::size_t j = 0; j < v.size(); ++j) {
+        if (v[j] != b * 10 + static_cast<std::int64_t>(j)) return false;
+      }
+      return true;
+    }
+    case 8:
+    case 9: {  // all_gather, 2 x f32 per rank
+      std::array<float, 2> mine;
+      std::array<float, 2 * n> all;
+      all.fill(-1.0f);
+      for (std::size_t j = 0; j < 2; ++j) mine[j] = static_cast<float>(r * 100 + j) + static_cast<float>(b % 50);
+      if (!c.all_gather(std::span<const float>(mine), std::span<float>(all))) return false;
+      for (std::size_t q = 0; q < n; ++q) {
+        for (std::size_t j = 0; j < 2; ++j) {
+          if (all[q * 2 + j] != static_cast<float>(q * 100 + j) + static_cast<float>(b % 50)) return false;
+        }
+      }
+      return true;
+    }
+    case 10:
+    case 11: {  // reduce_scatter, 3 x i32 per rank, sum
+      std::array<std::int32_t, 3 * n> in;
+      std::array<std::int32_t, 3> out;
+      out.fill(-1);
+      for (std::size_t q = 0; q < n; ++q) {
+        for (std::size_t j = 0; j < 3; ++j) {
+          in[q * 3 + j] = static_cast<std::int32_t>((r + 1) * (q + 1) + j) + b % 100;
+        }
+      }
+      if (!c.reduce_scatter(std::span<const std::int32_t>(in), std::span<std::int32_t>(out), polycoll::sum)) return false;
+      for (std::size_t j = 0; j < 3; ++j) {
+        if (out[j] != static_cast<std::int32_t>(3 * (r + 1) + 2 * j) + 2 * (b % 100)) return false;
+      }
+      return true;
+    }
+    case 12: {  // reduce, 3 x i32, sum, to rank (i / 16) % 2
+      std::array<std::int32_t, 3> in, out;
+      out.fill(-1);
+      for (std::size_t j = 0; j < 3; ++j) in[j] = static_cast<std::int32_t>(r + 1) * b + static_cast<std::int32_t>(j);
+      const std::size_t got = r == root ? out.size() : 0;
+      if (!c.reduce(std::span<const std::int32_t>(in), std::span<std::int32_t>(out.data(), got), polycoll::sum, root)) {
+        return false;
+      }
+      for (std::size_t j = 0; j < 3; ++j) {
+        if (out[j] != (r == root ? 3 * b + 2 * static_cast<std::int32_t>(j) : -1)) return false;
+      }
+      return true;
+    }
+    case 13: {  // gather, 2 x f32 per rank, to rank (i / 16) % 2
+      std::array<float, 2> mine;
+      std::array<float, 2 * n> all;
+      all.fill(-1.0f);
+      for (std::size_t j = 0; j < 2; ++j) mine[j] = static_cast<float>(r * 10 + j) + static_cast<float>(b % 7);
+      const std::size_t got = r == root ? all.size() : 0;
+      if (!c.gather(std::span<const float>(mine), std::span<float>(all.data(), got), root)) return false;
+      for (std::size_t q = 0; q < n; ++q) {
+        for (std::size_t j = 0; j < 2; ++j) {
+          const float want = r == root ? static_cast<float>(q * 10 + j) + static_cast<float>(b % 7) : -1.0f;
+          if (all[q * 2 + j] != want) return false;
+        }
+      }
+      return true;
+    }
+    case 14: {  // scatter, 2 x i32 per rank, from rank (i / 16) % 2
+      std::array<std::int32_t, 2 * n> all;
+      std::array<std::int32_t, 2> mine;
+      mine.fill(-1);
+      for (std::size_t q = 0; q < n; ++q) {
+        for (std::size_t j = 0; j < 2; ++j) all[q * 2 + j] = static_cast<std::int32_t>(q * 1000 + j) + b;
+      }
+      const std::size_t given = r == root ? all.size() : 0;
+      if (!c.scatter(std::span<const std::int32_t>(all.data(), given), std::span<std::int32_t>(mine), root)) return false;
+      for (std::size_t j = 0; j < 2; ++j) {
+        if (mine[j] != static_cast<std::int32_t>(r * 1000 + j) + b) return false;
+      }
+      return true;
+    }
+    default: {  // 15: all_to_all, 2 x i32 per pair
+      std::array<std::int32_t, 2 * n> out, in;
+      in.fill(-1);
+      for (std::size_t q = 0; q < n; ++q) {
+        for (std::size_t j = 0; j < 2; ++j) out[q * 2 + j] = static_cast<std::int32_t>(r * 100 + q * 10 + j) + b % 5;
+      }
+      if (!c.all_to_all(std::span<const std::int32_t>(out), std::span<std::int32_t>(in))) return false;
+      for (std::size_t q = 0; q < n; ++q) {
+        for (std::size_t j = 0; j < 2; ++j) {
+          if (in[q * 2 + j] != static_cast<std::int32_t>(q * 100 + r * 10 + j) + b % 5) return false;
+        }
+      }
+      return true;
+    }
+  }
+}
+
+// Every 64th step also exchanges a message both ways (the mailboxes' memory must stay flat too).
+bool load_exchange(Threads& c, std::size_t r, std::uint64_t i) {
+  const auto tag = static_cast<std::uint32_t>(i % 1000);
+  std::array<std::int32_t, 3> out, in;
+  in.fill(-1);
+  for (std::size_t j = 0; j < 3; ++j) out[j] = static_cast<std::int32_t>(r * 7 + j) + static_cast<std::int32_t>(tag);
+  if (!c.send(std::span<const std::int32_t>(out), 1 - r, tag)) return false;
+  if (!c.recv(std::span<std::int32_t>(in), 1 - r, tag)) return false;
+  if (!c.sync()) return false;
+  for (std::size_t j = 0; j < 3; ++j) {
+    if (in[j] != static_cast<std::int32_t>((1 - r) * 7 + j) + static_cast<std::int32_t>(tag)) return false;
+  }
+  return true;
+}
+
+TEST_CASE("load: 100,000 small collectives on 2 ranks, every result right, no allocation, flat RSS",
+          "[threads][load][memory]") {
+  // Every build runs the full count (measured: 0.2-12 s in release, 1.2-1.8 s
+  // under TSan, 0.4 s under ASan on 2 shared cores; release is the most
+  // sensitive to other load on the machine).
+  // POLYCOLL_TEST_LOAD_ITERS=<n> overrides the count, for measurements only.
+  constexpr std::uint64_t warmup = 2000;
+  const std::uint64_t iters = load_iterations(100000);
+  constexpr std::size_t rss_bound = 1u << 20;
+  auto comms = make(2);
+  std::array<std::uint64_t, 2> wrong{};
+  std::array<std::uint64_t, 2> first_wrong{~std::uint64_t{0}, ~std::uint64_t{0}};
+  std::size_t allocs = 0;
+  Resident rss_before, rss_mid, rss_after;
+  double loop_ms = 0;
+  auto body = [&](std::size_t r) {
+    Threads& c = comms[r];
+    auto step = [&](std::uint64_t i) {
+      bool ok = load_step(c, r, i);
+      if (i % 64 == 63) ok = load_exchange(c, r, i) && ok;
+      if (!ok) {
+        if (wrong[r]++ == 0) first_wrong[r] = i;
+      }
+    };
+    for (std::uint64_t i = 0; i < warmup; ++i) step(i);
+    if (!c.barrier()) ++wrong[r];
+    Clock::time_point t0{};
+    std::size_t allocs0 = 0;
+    if (r == 0) {  // rank 1 cannot pass its first collective before rank 0 joins it
+      rss_before = resident_bytes();
+      allocs0 = g_allocations.load();
+      t0 = Clock::now();
+    }
+    for (std::uint64_t i = warmup; i < warmup + iters; ++i) {
+      step(i);
+      if (r == 0 && i == warmup + iters / 2) rss_mid = resident_bytes();
+    }
+    if (!c.barrier()) ++wrong[r];
+    if (r == 0) {  // after the closing barrier rank 1 only returns
+      loop_ms = ms_since(t0);
+      allocs = g_allocations.load() - allocs0;
+      rss_after = resident_bytes();
+    }
+  };
+  std::thread peer(body, 1);
+  body(0);
+  peer.join();
+  auto kib = [](std::size_t a, std::size_t b) { return (static_cast<double>(b) - static_cast<double>(a)) / 1024.0; };
+  WARN("load: " << iters << " collectives (+" << iters / 64 << " exchanges) on 2 ranks in " << loop_ms << " ms ("
+                << loop_ms * 1000.0 / static_cast<double>(iters) << " us each); heap allocations: " << allocs
+                << "; RSS " << rss_before.total / 1024 << " KiB -> " << rss_mid.total / 1024 << " KiB (half way) -> "
+                << rss_after.total / 1024 << " KiB: delta " << kib(rss_before.total, rss_after.total)
+                << " KiB, of which file-backed " << kib(rss_before.file, rss_after.file) << " KiB");
+  INFO("first wrong step: rank 0 " << first_wrong[0] << ", rank 1 " << first_wrong[1]);
+  CHECK(wrong[0] == 0);
+  CHECK(wrong[1] == 0);
+  CHECK(allocs == 0);
+  REQUIRE(rss_before.total > 0);
+  CHECK(rss_after.total <= rss_before.total + rss_bound);
+}
+
+TEST_CASE("load: 3 ranks x 4 threads submit to each rank's one communicator at once, every result right",
+          "[threads][load][concurrency]") {
+  // Threads of one rank are paired with arbitrary threads of the other ranks
+  // (the order of concurrent submissions is unspecified), so within a stage
+  // every thread makes the same call, and each contribution carries the
+  // submitting thread's number in its own rank's byte: each thread checks that
+  // its result holds its own contribution and one of every peer rank's threads.
+  // Stages are separated by a barrier of all threads, so every rank makes the
+  // same sequence of calls. p2p uses distinct tags per (thread, iteration).
+  constexpr std::size_t n = 3, per_rank = 4;
+  constexpr std::size_t iters = 500;  // per thread and stage
+  auto comms = make(n);
+  std::barrier stage(static_cast<std::ptrdiff_t>(n * per_rank));
+  std::atomic<std::uint64_t> wrong{0}, calls{0};
+  std::mutex first_mutex;
+  std::string first;
+  auto fail = [&](const char* what, std::size_t r, std::size_t t, std::size_t i, const std::string& detail) {
+    if (wrong.fetch_add(1) == 0) {
+      std::lock_guard lock(first_mutex);
+      first = std::string(what) + " rank " + std::to_string(r) + " thread " + std::to_string(t) + " iteration " +
+              std::to_string(i) + (detail.empty() ? "" : ": " + detail);
+    }
+  };
+  // Byte q of a value: the thread (1-based) of rank q whose contribution it holds.
+  auto byte_ok = [](std::int64_t v, std::size_t r, std::size_t t) {
+    for (std::size_t q = 0; q < n; ++q) {
+      const auto x = static_cast<std::size_t>((v >> (8 * q)) & 0xff);
+      if (q == r ? x != t + 1 : (x < 1 || x > per_rank)) return false;
+    }
+    return (v >> (8 * n)) == 0;
+  };
+  auto mark = [](std::size_t r, std::size_t t) { return static_cast<std::int64_t>(t + 1) << (8 * r); };
+
+  auto body = [&](std::size_t r, std::size_t t) {
+    Threads& c = comms[r];
+    // Stage 1: all_reduce, 16 x i64, sum.
+    for (std::size_t i = 0; i < iters; ++i) {
+      std::array<std::int64_t, 16> v;
+      v.fill(mark(r, t));
+      const Status s = c.all_reduce(std::span<std::int64_t>(v), polycoll::sum);
+      calls.fetch_add(1, std::memory_order_relaxed);
+      if (!s) fail("all_reduce", r, t, i, s.error().message);
+      else if (!std::all_of(v.begin(), v.end(), [&](std::int64_t x) { return x == v[0] && byte_ok(x, r, t); }))
+        fail("all_reduce", r, t, i, "wrong value");
+    }
+    stage.arrive_and_wait();
+    // Stage 2: all_gather, 4 x i32 per rank.
+    for (std::size_t i = 0; i < iters; ++i) {
+      std::array<std::int32_t, 4> mine;
+      std::array<std::int32_t, 4 * n> all;
+      all.fill(-1);
+      for (std::size_t j = 0; j < 4; ++j) mine[j] = static_cast<std::int32_t>(r * 1000 + (t + 1) * 10 + j);
+      const Status s = c.all_gather(std::span<const std::int32_t>(mine), std::span<std::int32_t>(all));
+      calls.fetch_add(1, std::memory_order_relaxed);
+      if (!s) {
+        fail("all_gather", r, t, i, s.error().message);
+        continue;
+      }
+      for (std::size_t q = 0; q < n; ++q) {
+        const std::int32_t x = (all[q * 4] % 1000) / 10;  // the peer thread's number
+        bool ok = all[q * 4] / 1000 == static_cast<std::int32_t>(q) && x >= 1 && x <= static_cast<std::int32_t>(per_rank);
+        if (q == r) ok = ok && x == static_cast<std::int32_t>(t + 1);
+        for (std::size_t j = 0; j < 4; ++j) ok = ok && all[q * 4 + j] == static_cast<std::int32_t>(q * 1000) + x * 10 + static_cast<std::int32_t>(j);
+        if (!ok) fail("all_gather", r, t, i, "wrong block " + std::to_string(q));
+      }
+    }
+    stage.arrive_and_wait();
+    // Stage 3: broadcast, 8 x f64, from rank 1.
+    for (std::size_t i = 0; i < iters; ++i) {
+      std::array<double, 8> v;
+      for (std::size_t j = 0; j < v.size(); ++j) v[j] = r == 1 ? static_cast<double>((t + 1) * 100 + j) : -1.0;
+      const Status s = c.broadcast(std::span<double>(v), 1);
+      calls.fetch_add(1, std::memory_order_relaxed);
+      if (!s) {
+        fail("broadcast", r, t, i, s.error().message);
+        continue;
+      }
+      const auto x = static_cast<std::size_t>(v[0]) / 100;
+      bool ok = x >= 1 && x <= per_rank && (r != 1 || x == t + 1);
+      for (std::size_t j = 0; j < v.size(); ++j) ok = ok && v[j] == static_cast<double>(x * 100 + j);
+      if (!ok) fail("broadcast", r, t, i, "wrong value");
+    }
+    stage.arrive_and_wait();
+    // Stage 4: reduce_scatter, 2 x i64 per rank, sum.
+    for (std::size_t i = 0; i < iters; ++i) {
+      std::array<std::int64_t, 2 * n> in;
+      std::array<std::int64_t, 2> out{-1, -1};
+      in.fill(mark(r, t));
+      const Status s = c.reduce_scatter(std::span<const std::int64_t>(in), std::span<std::int64_t>(out), polycoll::sum);
+      calls.fetch_add(1, std::memory_order_relaxed);
+      if (!s) fail("reduce_scatter", r, t, i, s.error().message);
+      else if (out[0] != out[1] || !byte_ok(out[0], r, t)) fail("reduce_scatter", r, t, i, "wrong value");
+    }
+    stage.arrive_and_wait();
+    // Stage 5: p2p from every thread to every other rank, tag (thread, iteration).
+    // sync() is rank-wide, so the threads only post; thread 0 of each rank
+    // syncs once everyone has posted. Thread t of rank r receives from thread
+    // t of every other rank.
+    constexpr std::size_t p2p_iters = iters / 2;
+    std::vector<std::array<std::int32_t, 4>> out(p2p_iters * n), in(p2p_iters * n);
+    for (std::size_t i = 0; i < p2p_iters; ++i) {
+      for (std::size_t q = 0; q < n; ++q) {
+        if (q == r) continue;
+        const auto tag = static_cast<std::uint32_t>(t * 100000 + i);
+        auto& o = out[i * n + q];
+        for (std::size_t j = 0; j < o.size(); ++j) o[j] = static_cast<std::int32_t>(r * 1000000 + t * 100000 + i * 4 + j);
+        in[i * n + q].fill(-1);
+        // Alternate the order of send and recv: matching is by (peer, tag).
+        const bool send_first = (i + q) % 2 == 0;
+        Status a = send_first ? c.send(std::span<const std::int32_t>(o), q, tag) : c.recv(std::span<std::int32_t>(in[i * n + q]), q, tag);
+        Status b = send_first ? c.recv(std::span<std::int32_t>(in[i * n + q]), q, tag) : c.send(std::span<const std::int32_t>(o), q, tag);
+        calls.fetch_add(2, std::memory_order_relaxed);
+        if (!a) fail("p2p post", r, t, i, a.error().message);
+        if (!b) fail("p2p post", r, t, i, b.error().message);
+      }
+    }
+    stage.arrive_and_wait();
+    if (t == 0) {
+      const Status s = c.sync();
+      if (!s) fail("sync", r, t, 0, s.error().message);
+    }
+    stage.arrive_and_wait();
+    for (std::size_t i = 0; i < p2p_iters; ++i) {
+      for (std::size_t q = 0; q < n; ++q) {
+        if (q == r) continue;
+        const auto& got = in[i * n + q];
+        for (std::size_t j = 0; j < got.size(); ++j) {
+          if (got[j] != static_cast<std::int32_t>(q * 1000000 + t * 100000 + i * 4 + j)) {
+            fail("recv", r, t, i, "wrong value from rank " + std::to_string(q));
+            break;
+          }
+        }
+      }
+    }
+    // Stage 6: threads 0-2 all_reduce while thread 3 runs exchanges (post, post, sync)
+    // at the same time on the same communicator; thread 3 is its rank's only p2p user here.
+    if (t + 1 < per_rank) {
+      for (std::size_t i = 0; i < iters; ++i) {
+        std::array<std::int64_t, 3> v;
+        v.fill(mark(r, t));
+        const Status s = c.all_reduce(std::span<std::int64_t>(v), polycoll::sum);
+        calls.fetch_add(1, std::memory_order_relaxed);
+        // Only threads 0-2 take part: the peer byte is 1..3.
+        if (!s) fail("all_reduce (stage 6)", r, t, i, s.error().message);
+        else if (v[0] != v[2] || !byte_ok(v[0], r, t)) fail("all_reduce (stage 6)", r, t, i, "wrong value");
+      }
+    } else {
+      for (std::size_t i = 0; i < iters / 4; ++i) {
+        const auto tag = static_cast<std::uint32_t>(900000 + i);
+        std::array<std::array<std::int32_t, 2>, n> o{}, got{};
+        for (std::size_t q = 0; q < n; ++q) {
+          if (q == r) continue;
+          o[q] = {static_cast<std::int32_t>(r * 10000 + i), static_cast<std::int32_t>(q)};
+          got[q] = {-1, -1};
+          if (!c.send(std::span<const std::int32_t>(o[q]), q, tag)) fail("send (stage 6)", r, t, i, "");
+        }
+        for (std::size_t q = 0; q < n; ++q) {
+          if (q != r && !c.recv(std::span<std::int32_t>(got[q]), q, tag)) fail("recv (stage 6)", r, t, i, "");
+        }
+        const Status s = c.sync();
+        calls.fetch_add(2 * (n - 1) + 1, std::memory_order_relaxed);
+        if (!s) fail("sync (stage 6)", r, t, i, s.error().message);
+        for (std::size_t q = 0; q < n; ++q) {
+          if (q != r && (got[q][0] != static_cast<std::int32_t>(q * 10000 + i) || got[q][1] != static_cast<std::int32_t>(r)))
+            fail("recv (stage 6)", r, t, i, "wrong value from rank " + std::to_string(q));
+        }
+      }
+    }
+    stage.arrive_and_wait();
+    if (t == 0 && !c.barrier()) fail("barrier", r, t, 0, "");
+  };
+  const auto t0 = Clock::now();
+  std::vector<std::thread> ts;
+  for (std::size_t r = 0; r < n; ++r) {
+    for (std::size_t t = 0; t < per_rank; ++t) ts.emplace_back(body, r, t);
+  }
+  for (auto& th : ts) th.join();
+  const double ms = ms_since(t0);
+  WARN("load: " << n << " ranks x " << per_rank << " threads, " << calls.load() << " calls in " << ms << " ms");
+  INFO(first);
+  CHECK(wrong == 0);
 }
 
 }  // namespace
