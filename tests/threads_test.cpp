@@ -444,13 +444,13 @@ TEST_CASE("a rank that never joins split: the others time out within op_timeout 
 }
 
 TEST_CASE("barrier after p2p that completes late: the whole barrier stays within op_timeout + 10%",
-          "[threads][timeout][!shouldfail]") {
-  // KNOWN ISSUE (marked !shouldfail; drop the tag once fixed): barrier_impl()
-  // takes one deadline for its sync() part and a fresh one for its arrival, so
-  // a peer that completes the p2p at 1/3 of op_timeout and then never joins the
-  // barrier makes barrier() return after ~4/3 x op_timeout. The send comes
-  // 100 ms in, 200 ms before the deadline, so even a late wake-up completes the
-  // sync part in time, and the bug shows as >= 400 ms against a 380 ms bound.
+          "[threads][timeout]") {
+  // barrier() drains p2p, then meets the peers, under one deadline: a peer that
+  // completes the p2p at 1/3 of op_timeout and then never joins must not buy
+  // the caller a second op_timeout (with two deadlines this returned after
+  // ~4/3 x op_timeout, >= 400 ms against the 380 ms bound). The send comes
+  // 100 ms in, 200 ms before the deadline, so even a late wake-up completes
+  // the p2p part in time.
   Options o;
   o.op_timeout = 300ms;
   auto comms = make(2, o);

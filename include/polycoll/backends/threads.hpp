@@ -727,13 +727,16 @@ class Threads : public Communicator<Threads> {
     r.p2p_pending.notify_all();
   }
 
-  Status sync_impl() {
-    const auto call = detail::CallDesc::plain(detail::Call::sync);
+  Status sync_impl() { return drain(detail::CallDesc::plain(detail::Call::sync), deadline()); }
+
+  // Waits until this rank's p2p operations completed; `call` names the blocking
+  // point in the error (sync or barrier), `dl` is that point's one deadline.
+  Status drain(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
     if (!world_) return tl::unexpected(moved_from(call));
     World& w = *world_;
     RankState& m = me();
     const auto r = detail::wait_until(
-        m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, deadline(), w.spin);
+        m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, dl, w.spin);
     if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
     if (r == detail::WaitResult::timeout) {
       const std::string what = detail::cat("timed out after ", w.options.op_timeout->count(), " ms; pending: ",
@@ -750,11 +753,14 @@ class Threads : public Communicator<Threads> {
     return {};
   }
 
+  // One deadline for both halves: draining p2p and the rendezvous together
+  // stay within op_timeout.
   Status barrier_impl() {
-    if (auto s = sync_impl(); !s) return s;
+    const auto dl = deadline();
+    if (auto s = drain(detail::CallDesc::plain(detail::Call::barrier), dl); !s) return s;
     auto c = begin(detail::CallDesc::plain(detail::Call::barrier));
     if (!c) return tl::unexpected(std::move(c.error()));
-    return arrive(c->call, deadline());
+    return arrive(c->call, dl);
   }
 
   // ------------------------------------------------------------ split
