@@ -26,6 +26,8 @@ constexpr std::int64_t exact_range() {
   else if constexpr (std::is_same_v<T, f16>) return 2048;
   else if constexpr (std::is_same_v<T, std::int8_t>) return 127;
   else if constexpr (std::is_same_v<T, std::uint8_t>) return 255;
+  else if constexpr (std::is_same_v<T, std::int16_t>) return 32767;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return 65535;
   else return 1 << 20;
 }
 
