@@ -391,10 +391,23 @@ TEST_CASE("consistency check: POLYCOLL_CHECK=1 switches it on", "[mpi][check]") 
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// g++ says __SANITIZE_ADDRESS__/__SANITIZE_THREAD__, clang 14 only __has_feature.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define POLYCOLL_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define POLYCOLL_TEST_SANITIZED 1
+#endif
+#endif
+
+#ifdef POLYCOLL_TEST_SANITIZED
 constexpr int load_calls = 20'000;  // sanitizer builds: the same loop, shorter
+// MPICH's own malloc/free per call (not operator new: the count stays 0) go
+// through the sanitizer's quarantine of freed blocks, so RSS grows by design.
+constexpr bool rss_meaningful = false;
 #else
 constexpr int load_calls = 100'000;
+constexpr bool rss_meaningful = true;
 #endif
 
 TEST_CASE("load: 100,000 small collectives, every result right, memory flat", "[mpi][load]") {
@@ -443,7 +456,7 @@ TEST_CASE("load: 100,000 small collectives, every result right, memory flat", "[
   CHECK(wrong == 0);
   CHECK(allocs == 0);
   const long long grew = static_cast<long long>(rss1) - static_cast<long long>(rss0);
-  CHECK(grew < 1024 * 1024);
+  if (rss_meaningful) CHECK(grew < 1024 * 1024);
   WARN(load_calls << " collectives on " << w << " rank(s): " << ms(took) << " ms, " << allocs
                   << " allocations, RSS " << rss0 / 1024 << " -> " << rss1 / 1024 << " KiB");
   MPI_Barrier(MPI_COMM_WORLD);
@@ -466,19 +479,27 @@ TEST_CASE("load: 4 threads submit to one communicator at once", "[mpi][load][thr
         v.fill(static_cast<std::int32_t>(r) + 1);
         if (!comm.all_reduce(v, polycoll::sum) || v[7] != n * (n + 1) / 2) ++wrong;
       }
-      // Point to point with a tag per thread: the pairing is exact.
+      // Point to point with a tag per thread: the pairing is exact. Each thread
+      // posts all its pairs, then syncs: sync() is rank-wide, so a thread that
+      // synced between rounds would wait for other threads' receives whose
+      // senders sit in a sync of their own (docs/mpi.md: that cycle deadlocks,
+      // and under ASan it did, at 2 ranks).
       const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
-      std::array<std::int32_t, 4> out{}, in{};
-      for (int i = 0; i < iters / 10; ++i) {
-        out.fill(static_cast<std::int32_t>(1000 * r + 10 * t + (i & 7)));
-        in.fill(-1);
-        const auto tag = static_cast<std::uint32_t>(100 + t);
-        if (!comm.send(std::span<const std::int32_t>(out), next, tag) || !comm.recv(std::span<std::int32_t>(in), prev, tag)) {
+      constexpr int pairs = iters / 10;
+      std::vector<std::array<std::int32_t, 4>> out(pairs), in(pairs);
+      const auto tag = static_cast<std::uint32_t>(100 + t);
+      for (int i = 0; i < pairs; ++i) {
+        out[static_cast<std::size_t>(i)].fill(static_cast<std::int32_t>(1000 * r + 10 * t + (i & 7)));
+        in[static_cast<std::size_t>(i)].fill(-1);
+        if (!comm.send(std::span<const std::int32_t>(out[static_cast<std::size_t>(i)]), next, tag) ||
+            !comm.recv(std::span<std::int32_t>(in[static_cast<std::size_t>(i)]), prev, tag)) {
           ++wrong;
         }
-        // sync() is communicator-wide: it may also complete other threads' work, fine.
-        if (!comm.sync()) ++wrong;
-        if (in[3] != static_cast<std::int32_t>(1000 * prev + 10 * t + (i & 7))) ++wrong;
+      }
+      // sync() is communicator-wide: it may also complete other threads' work, fine.
+      if (!comm.sync()) ++wrong;
+      for (int i = 0; i < pairs; ++i) {
+        if (in[static_cast<std::size_t>(i)][3] != static_cast<std::int32_t>(1000 * prev + 10 * t + (i & 7))) ++wrong;
       }
     });
   }
