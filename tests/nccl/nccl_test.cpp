@@ -388,6 +388,52 @@ TEST_CASE("split: any uint32 colors and keys, no_color", "[nccl][split]") {
   }));
 }
 
+TEST_CASE("consistency check: matching calls run, a mismatch is Errc::mismatch on every rank", "[nccl][check]") {
+  Options o;
+  o.check_consistency = true;
+  o.op_timeout = std::chrono::milliseconds(20000);
+  require_all(run_fresh(ngpus(), o, [](Nccl& comm, Report& rep) {
+    const std::size_t w = comm.world_size(), r = comm.rank();
+    DeviceBuffer<std::int64_t> buf(4);
+    Array<std::int64_t> v(4);
+    auto fill = [&](std::int64_t x) {
+      for (std::size_t i = 0; i < 4; ++i) v[i] = x;
+      buf.write(v);
+    };
+    const auto sum = static_cast<std::int64_t>(w * (w - 1) / 2);
+    fill(static_cast<std::int64_t>(r));
+    rep.expect_ok(comm.all_reduce(buf.address(), 4, DType::I64, ReduceOp::Sum), "checked all_reduce");
+    rep.expect_ok(comm.sync(), "sync");
+    rep.expect(buf.read()[3] == sum, "checked all_reduce value");
+    rep.expect_ok(comm.all_reduce(buf.address(), 0, DType::I64, ReduceOp::Sum), "checked all_reduce of 0 elements");
+    rep.expect_ok(comm.barrier(), "checked barrier");
+    auto sub = comm.split(0, static_cast<std::uint32_t>(r));
+    rep.expect(sub.has_value() && sub->has_value(), "checked split");
+    if (w > 1) {
+      // The last rank calls with another count: every rank must say so, nothing runs.
+      fill(1);
+      const Status s = comm.all_reduce(buf.address(), r == w - 1 ? 3 : 4, DType::I64, ReduceOp::Sum);
+      // Each rank names the ranks that differ from it.
+      const std::size_t odd = r == w - 1 ? 0 : w - 1;
+      expect_error(rep, s, Errc::mismatch, "consistency check failed: rank " + std::to_string(odd) + " called",
+                   "all_reduce with a count that differs on one rank");
+      rep.expect_ok(comm.sync(), "sync after the mismatch");
+      rep.expect(buf.read()[0] == 1, "nothing ran");
+      // Another call type on rank 0 (broadcast against all_reduce).
+      const Status t = r == 0 ? comm.broadcast(buf.address(), 4, DType::I64, 0)
+                              : comm.all_reduce(buf.address(), 4, DType::I64, ReduceOp::Sum);
+      expect_error(rep, t, Errc::mismatch, r == 0 ? "rank 1 called #" : "rank 0 called #",
+                   "broadcast against all_reduce");
+    }
+    // The ranks stayed in step: a matching call works.
+    fill(static_cast<std::int64_t>(r));
+    rep.expect_ok(comm.all_reduce(buf.address(), 4, DType::I64, ReduceOp::Sum), "all_reduce after the checks");
+    rep.expect_ok(comm.sync(), "sync");
+    rep.expect(buf.read()[0] == sum, "all_reduce after the checks: value");
+    rep.expect(comm.pending() == 0, "nothing pending");
+  }));
+}
+
 TEST_CASE("AnyCommunicator holds an Nccl", "[nccl][any]") {
   require_all(run_fresh(ngpus(), {}, [](Nccl& comm, Report& rep) {
     const std::size_t w = comm.world_size();

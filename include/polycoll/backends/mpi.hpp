@@ -487,13 +487,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const detail::Fingerprint mine = detail::fingerprint(c);
     std::copy(mine.begin(), mine.end(), x.begin() + static_cast<std::ptrdiff_t>(fp_words * w));
     if (auto s = exchange(c, fp_words, deadline); !s) return s;
-    std::string diff;
-    for (std::size_t q = 0; q < w; ++q) {
-      const detail::CallDesc other = detail::from_fingerprint(x.data() + fp_words * q);
-      if (!detail::same_collective(other, c)) {
-        diff += detail::cat(diff.empty() ? "" : "; ", "rank ", q, " called ", detail::describe(other));
-      }
-    }
+    const std::string diff = detail::fingerprint_diff(x.data(), w, c);
     if (diff.empty()) return {};
     return tl::unexpected(this->error(Errc::mismatch, c, detail::cat("consistency check failed: ", diff)));
   }

@@ -90,7 +90,7 @@ inline bool check_from_environment() noexcept {
 }
 
 /// A collective's fingerprint as fixed-width words, for backends that compare
-/// fingerprints by exchanging them (Mpi): call, count, dtype, op, root, seq.
+/// fingerprints by exchanging them (Mpi, Nccl): call, count, dtype, op, root, seq.
 using Fingerprint = std::array<std::uint64_t, 6>;
 
 constexpr Fingerprint fingerprint(const CallDesc& c) noexcept {
@@ -146,6 +146,18 @@ inline std::string describe(const CallDesc& c) {
   if (c.has_tag) add("tag", std::to_string(c.tag));
   s += ')';
   return s;
+}
+
+/// The consistency check's verdict over `w` fingerprints laid back to back in
+/// `all` (rank q's at all + 6q): empty when every rank's matches `mine`, else
+/// "rank q called <what>" for each rank that differs.
+inline std::string fingerprint_diff(const std::uint64_t* all, std::size_t w, const CallDesc& mine) {
+  std::string diff;
+  for (std::size_t q = 0; q < w; ++q) {
+    const CallDesc other = from_fingerprint(all + std::tuple_size_v<Fingerprint> * q);
+    if (!same_collective(other, mine)) diff += cat(diff.empty() ? "" : "; ", "rank ", q, " called ", describe(other));
+  }
+  return diff;
 }
 
 /// " on rank 3 of 8 [mpi]"

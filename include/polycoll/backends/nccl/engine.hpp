@@ -102,9 +102,11 @@ class Engine final : public StreamSyncOps {
       return bad_cuda(err, "cudaStreamCreateWithFlags");
     if (auto err = cudaEventCreateWithFlags(&e->done_, cudaEventDisableTiming); err != cudaSuccess)
       return bad_cuda(err, "cudaEventCreateWithFlags");
-    // Scratch: [0, 64) barrier word and split's own (color, key); [64, 64 + 8n) split's gather.
-    // Stream-ordered, so freeing it never synchronises the whole device.
-    const std::size_t bytes = 64 + 8 * e->size_;
+    // Scratch: [0, 64) barrier word, split's own (color, key) or this rank's
+    // consistency-check fingerprint (48 bytes); [64, 64 + 48n) split's gather
+    // (8 bytes a rank) or the fingerprints' (48). Stream-ordered, so freeing
+    // it never synchronises the whole device.
+    const std::size_t bytes = 64 + sizeof(Fingerprint) * e->size_;
     cudaError_t err = cudaMallocAsync(&e->scratch_, bytes, e->stream_);
     if (err == cudaSuccess) {
       e->scratch_async_ = true;
@@ -144,7 +146,7 @@ class Engine final : public StreamSyncOps {
   template <class Launch>
   [[nodiscard]] Status submit(const CallDesc& call, std::initializer_list<Arg> args, std::string_view fn,
                               Launch&& launch) {
-    if (call.count == 0) {
+    if (call.count == 0 && !check_) {
       std::lock_guard g(mutex_);
       return live(call);
     }
@@ -154,12 +156,14 @@ class Engine final : public StreamSyncOps {
         return tl::unexpected(error(Errc::invalid_argument, call, cat(a.what, ": ", *why)));
       }
     }
-    std::lock_guard g(mutex_);
+    std::unique_lock g(mutex_);
     if (auto s = live(call); !s) return s;
     DeviceGuard guard(device_);
     if (guard.status() != cudaSuccess) return cuda_error(call, guard.status(), "cudaSetDevice");
     CallDesc c = call;
     c.seq = ++seq_;
+    if (auto s = check(c); !s) return s;
+    if (call.count == 0) return {};  // checked (a peer may have called with another count); nothing to launch
     if (auto s = settle_call(c, launch(comm_, stream_), fn); !s) return s;
     remember(c);
     return {};
@@ -225,6 +229,7 @@ class Engine final : public StreamSyncOps {
       DeviceGuard guard(device_);
       CallDesc c = call;
       c.seq = ++seq_;
+      if (auto s = check(c); !s) return s;
       const ncclResult_t r = ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_);
       if (auto s = settle_call(c, r, "ncclAllReduce (barrier)"); !s) return s;
       remember(c);
@@ -240,6 +245,11 @@ class Engine final : public StreamSyncOps {
     std::unique_lock g(mutex_);
     if (auto s = complete(call, g); !s) return tl::unexpected(std::move(s.error()));
     DeviceGuard guard(device_);
+    {
+      CallDesc c = call;
+      c.seq = ++seq_;
+      if (auto s = check(c); !s) return tl::unexpected(std::move(s.error()));
+    }
     auto* base = static_cast<std::byte*>(scratch_);
     const std::uint32_t mine[2] = {color, key};
     if (auto e = cudaMemcpyAsync(base, mine, sizeof mine, cudaMemcpyHostToDevice, stream_); e != cudaSuccess)
@@ -392,7 +402,8 @@ class Engine final : public StreamSyncOps {
   [[nodiscard]] Status sync_comm_stream() override { return sync(CallDesc::plain(Call::sync)); }
 
  private:
-  Engine(int device, const Options& options) : device_(device), options_(options) {
+  Engine(int device, const Options& options)
+      : device_(device), options_(options), check_(options.check_consistency || check_from_environment()) {
     pending_.reserve(max_named);
     p2p_.reserve(16);
   }
@@ -513,6 +524,13 @@ class Engine final : public StreamSyncOps {
   Status complete(const CallDesc& c, std::unique_lock<std::mutex>& g) {
     if (auto s = live(c); !s) return s;
     if (auto s = flush(c); !s) return s;
+    return drain(c, &g);
+  }
+
+  // Waits until everything on the stream so far has run, bounded by
+  // op_timeout (lock held; with `g`, released between polls). Queued
+  // send/recv stay queued.
+  Status drain(const CallDesc& c, std::unique_lock<std::mutex>* g) {
     DeviceGuard guard(device_);
     const std::uint64_t upto = seq_;
     if (auto e = cudaEventRecord(done_, stream_); e != cudaSuccess) return cuda_error(c, e, "cudaEventRecord");
@@ -539,13 +557,55 @@ class Engine final : public StreamSyncOps {
                     cat("timed out after ", options_.op_timeout->count(), " ms; pending: ", pending_text(),
                         "; the communicator was aborted (ncclCommAbort), later calls return Errc::aborted"));
       }
-      g.unlock();
+      if (g) g->unlock();
       backoff.pause();
-      g.lock();
+      if (g) g->lock();
       if (auto s = live(c); !s) return s;
     }
     retire(upto);
     return {};
+  }
+
+  // The consistency check (Options::check_consistency or POLYCOLL_CHECK=1),
+  // before collective `c` (numbered, lock held, device current): every rank
+  // all-gathers its fingerprint (call, count, dtype, op, root and the
+  // collective's own sequence number: p2p does not count, so ranks that send
+  // different amounts still agree) through the scratch buffer, waits for it
+  // (bounded by op_timeout; the lock stays held so that no other thread's call
+  // lands between the check and its collective) and compares on the host. A
+  // mismatch is Errc::mismatch on every rank with nothing launched, so the
+  // ranks stay in step. Queued send/recv are not launched. It makes every
+  // collective wait for the stream: a mode for finding bugs, not for speed.
+  Status check(const CallDesc& c) {
+    if (!check_) [[likely]] return {};
+    CallDesc fp = c;
+    fp.seq = ++coll_seq_;
+    // Pinned, so that both copies are truly asynchronous (a pageable one may
+    // block the host until the stream reaches it: unbounded behind a
+    // collective a peer never joins). Rank q's fingerprint at words * q, this
+    // rank's own after the last. Made at the first check, freed by release().
+    if (check_pinned_ == nullptr) {
+      void* p = nullptr;
+      if (auto e = cudaMallocHost(&p, sizeof(Fingerprint) * (size_ + 1)); e != cudaSuccess)
+        return cuda_error(c, e, "cudaMallocHost (consistency check)");
+      check_pinned_ = static_cast<std::uint64_t*>(p);
+    }
+    std::uint64_t* own = check_pinned_ + words * size_;
+    const Fingerprint mine = fingerprint(fp);
+    std::copy(mine.begin(), mine.end(), own);  // the previous check's copies have run (it drained)
+    auto* base = static_cast<std::byte*>(scratch_);
+    if (auto e = cudaMemcpyAsync(base, own, sizeof mine, cudaMemcpyHostToDevice, stream_); e != cudaSuccess)
+      return cuda_error(c, e, "cudaMemcpyAsync (consistency check)");
+    const ncclResult_t r = ncclAllGather(base, base + 64, sizeof mine, ncclUint8, comm_, stream_);
+    if (auto s = settle_call(c, r, "ncclAllGather (consistency check)"); !s) return s;
+    remember(c);  // named in the timeout if a peer never joins
+    if (auto e = cudaMemcpyAsync(check_pinned_, base + 64, sizeof mine * size_, cudaMemcpyDeviceToHost, stream_);
+        e != cudaSuccess)
+      return cuda_error(c, e, "cudaMemcpyAsync (consistency check)");
+    if (auto s = drain(c, nullptr); !s) return s;
+    const std::string diff = fingerprint_diff(check_pinned_, size_, fp);
+    if (diff.empty()) return {};
+    return tl::unexpected(error(Errc::mismatch, fp, cat("consistency check failed: ", diff)));
   }
 
   static constexpr std::size_t max_named = 64;
@@ -650,6 +710,9 @@ class Engine final : public StreamSyncOps {
         }
       }
       if (done_ != nullptr) (void)cudaEventDestroy(done_);
+      // After the stream drained or the communicator was aborted: no copy of
+      // the check still targets it (cudaFreeHost synchronises the device).
+      if (check_pinned_ != nullptr) (void)cudaFreeHost(check_pinned_);
       if (scratch_ != nullptr) {
         if (scratch_async_) {
           (void)cudaFreeAsync(scratch_, stream_);
@@ -660,6 +723,7 @@ class Engine final : public StreamSyncOps {
       if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
       (void)cudaGetLastError();
       done_ = nullptr;
+      check_pinned_ = nullptr;
       scratch_ = nullptr;
       stream_ = nullptr;
     } catch (...) {
@@ -683,6 +747,10 @@ class Engine final : public StreamSyncOps {
   std::vector<P2p> p2p_;           // queued for the next group launch
   std::size_t groups_ = 0;         // open group_start()s
   std::string dead_;               // why the communicator was aborted
+  bool check_ = false;             // Options::check_consistency or POLYCOLL_CHECK=1
+  std::uint64_t coll_seq_ = 0;     // collectives checked so far (the fingerprints' numbers)
+  static constexpr std::size_t words = std::tuple_size_v<Fingerprint>;
+  std::uint64_t* check_pinned_ = nullptr;  // pinned: every rank's fingerprint, then this rank's
 };
 
 }  // namespace polycoll::detail::nccl
