@@ -1,11 +1,14 @@
 // The conformance suite on Mpi: one rank per MPI process, world = the MPI
-// world launched by mpiexec. Built once per policy bundle (POLYCOLL_MPI_POLICIES),
-// and once with op_timeout and the consistency check on (POLYCOLL_MPI_TIMED_CHECK:
-// every blocking collective then takes the polled MPI_I* path, after a
-// fingerprint exchange).
+// world launched by mpiexec. Built once per policy bundle (POLYCOLL_MPI_POLICIES).
+// POLYCOLL_TEST_OP_TIMEOUT_MS=<ms> in the environment sets op_timeout on every
+// communicator it makes; with POLYCOLL_CHECK=1 too, every blocking collective
+// takes the polled MPI_I* path after a fingerprint exchange (meson's
+// conformance_mpi_timed_check_n*: the same executable, no extra build).
 #include <polycoll/backends/mpi.hpp>
 
 #include "../support.hpp"
+
+#include <cstdlib>
 
 #ifndef POLYCOLL_MPI_POLICIES
 #define POLYCOLL_MPI_POLICIES polycoll::mpi::DefaultPolicies
@@ -31,10 +34,9 @@ struct MpiFixture {
     Report rep;
     rep.world = world;
     Options o;
-#ifdef POLYCOLL_MPI_TIMED_CHECK
-    o.op_timeout = std::chrono::milliseconds(60000);
-    o.check_consistency = true;
-#endif
+    if (const char* e = std::getenv("POLYCOLL_TEST_OP_TIMEOUT_MS"); e && std::atoi(e) > 0) {
+      o.op_timeout = std::chrono::milliseconds(std::atoi(e));
+    }
     auto comm = Backend::world(o);
     if (!comm) {
       rep.failures.push_back("Mpi::world: " + comm.error().message);
