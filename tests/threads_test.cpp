@@ -63,6 +63,13 @@ TEST_CASE("create(0) and moved-from communicators are errors, not crashes", "[th
   REQUIRE_FALSE(s);
   CHECK(s.error().code == Errc::invalid_argument);
   CHECK(s.error().message.find("moved-from") != std::string::npos);
+  // Every blocking point, too (barrier once read its deadline from the world first).
+  for (const Status& t : {moved.barrier(), moved.sync()}) {
+    REQUIRE_FALSE(t);
+    CHECK(t.error().code == Errc::invalid_argument);
+    CHECK(t.error().message.find("moved-from") != std::string::npos);
+  }
+  CHECK_FALSE(moved.split(0, 0));
   CHECK(a.all_reduce(std::span<float>(v), polycoll::sum));
 }
 

@@ -727,12 +727,16 @@ class Threads : public Communicator<Threads> {
     r.p2p_pending.notify_all();
   }
 
-  Status sync_impl() { return drain(detail::CallDesc::plain(detail::Call::sync), deadline()); }
+  Status sync_impl() {
+    const auto call = detail::CallDesc::plain(detail::Call::sync);
+    if (!world_) return tl::unexpected(moved_from(call));
+    return drain(call, deadline());
+  }
 
   // Waits until this rank's p2p operations completed; `call` names the blocking
   // point in the error (sync or barrier), `dl` is that point's one deadline.
+  // Not moved-from (the callers check).
   Status drain(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
-    if (!world_) return tl::unexpected(moved_from(call));
     World& w = *world_;
     RankState& m = me();
     const auto r = detail::wait_until(
@@ -756,8 +760,10 @@ class Threads : public Communicator<Threads> {
   // One deadline for both halves: draining p2p and the rendezvous together
   // stay within op_timeout.
   Status barrier_impl() {
+    const auto call = detail::CallDesc::plain(detail::Call::barrier);
+    if (!world_) return tl::unexpected(moved_from(call));
     const auto dl = deadline();
-    if (auto s = drain(detail::CallDesc::plain(detail::Call::barrier), dl); !s) return s;
+    if (auto s = drain(call, dl); !s) return s;
     auto c = begin(detail::CallDesc::plain(detail::Call::barrier));
     if (!c) return tl::unexpected(std::move(c.error()));
     return arrive(c->call, dl);
