@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../count_allocations.hpp"
+#include "common.hpp"
 
 using polycoll::test::g_allocations;
 
@@ -36,14 +37,8 @@ namespace {
 using namespace polycoll;
 using namespace std::chrono_literals;
 
-bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
-
-Mpi world(Options o = {}) {
-  auto w = Mpi::world(o);
-  INFO((w ? std::string() : w.error().message));
-  REQUIRE(w.has_value());
-  return std::move(*w);
-}
+using polycoll::test::contains;
+using polycoll::test::world;
 
 // Log records captured by the drop-contract test.
 std::mutex g_log_mutex;

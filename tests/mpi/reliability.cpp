@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../count_allocations.hpp"
+#include "common.hpp"
 
 using polycoll::test::g_allocations;
 
@@ -29,14 +30,8 @@ using namespace polycoll;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
-
-Mpi world(Options o = {}) {
-  auto w = Mpi::world(o);
-  INFO((w ? std::string() : w.error().message));
-  REQUIRE(w.has_value());
-  return std::move(*w);
-}
+using polycoll::test::contains;
+using polycoll::test::world;
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
