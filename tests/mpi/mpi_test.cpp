@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <complex>
 #include <cstring>
 #include <cstdlib>
 #include <mutex>
@@ -447,10 +448,13 @@ TEST_CASE("no allocation per call on the hot path", "[mpi][alloc]") {
   CHECK(detail::mpi::cached_op_count() >= 2);
 }
 
-// Large reductions of the pairs that always take polycoll's user op, odd
-// counts, at any world size; a receive with tag 0 posted before and matched
-// after shows that the collective's traffic never meets the user's.
-TEST_CASE("large user-op all_reduce at any world size", "[mpi][large]") {
+// Large reductions through polycoll's unit, odd counts, at any world size:
+// at 2 ranks on MPICH the blocking policies take the halving exchange
+// (backends/mpi/halving.hpp; every dtype under kernel_ops), so the two halves
+// differ in length. A receive with tag 0 posted before and matched after
+// shows that the collective's traffic never meets the user's (the halving
+// runs on its own communicator).
+TEST_CASE("large user-op all_reduce at any world size", "[mpi][large][halving]") {
   auto run = [](auto comm) {
     REQUIRE(comm);
     const std::size_t w = comm->world_size(), r = comm->rank();
@@ -462,7 +466,12 @@ TEST_CASE("large user-op all_reduce at any world size", "[mpi][large]") {
     std::vector<f8e4m3> m(n);
     std::vector<std::int8_t> i8(n);
     std::vector<std::uint16_t> u16(n);
+    std::vector<float> f(n);
+    std::vector<double> d(n, static_cast<double>(r));
+    std::vector<std::complex<float>> z(n);
     for (std::size_t i = 0; i < n; ++i) {
+      f[i] = static_cast<float>(i % 11 + 3 * r);
+      z[i] = {static_cast<float>(r), static_cast<float>(i % 4)};
       h[i] = bf16(static_cast<float>(i % 7 + r));
       m[i] = f8e4m3(static_cast<float>(i % 5 + r));
       i8[i] = static_cast<std::int8_t>(static_cast<std::uint8_t>(i % 100 + 50 * r));
@@ -473,6 +482,9 @@ TEST_CASE("large user-op all_reduce at any world size", "[mpi][large]") {
     REQUIRE(comm->all_reduce(std::span(m), polycoll::max));
     REQUIRE(comm->all_reduce(std::span(i8), polycoll::sum));
     REQUIRE(comm->all_reduce(std::span(u16), polycoll::sum));
+    REQUIRE(comm->all_reduce(std::span(f), polycoll::sum));
+    REQUIRE(comm->all_reduce(std::span(d), polycoll::avg));
+    REQUIRE(comm->all_reduce(std::span(z), polycoll::sum));
     REQUIRE(comm->send(std::span<const std::int32_t>(token), (r + 1) % w, 0));
     REQUIRE(comm->sync());
     CHECK(got[0] == static_cast<std::int32_t>((r + w - 1) % w));
@@ -487,12 +499,16 @@ TEST_CASE("large user-op all_reduce at any world size", "[mpi][large]") {
       bad += static_cast<float>(m[i]) != static_cast<float>(i % 5 + w - 1);
       bad += static_cast<std::uint8_t>(i8[i]) != want_i8;
       bad += u16[i] != static_cast<std::uint16_t>(w * (65000u + i % 3) + tri);
+      bad += f[i] != static_cast<float>(w * (i % 11) + 3 * tri);
+      bad += d[i] != static_cast<double>(w - 1) / 2.0;
+      bad += z[i] != std::complex<float>(static_cast<float>(tri), static_cast<float>(w * (i % 4)));
     }
     CHECK(bad == 0);
   };
   run(Mpi::world());
   using namespace polycoll::mpi;
   run(BasicMpi<Policies<blocking, builtin_ops>>::world());
+  run(BasicMpi<Policies<blocking, kernel_ops>>::world());     // every dtype through the halving
   run(BasicMpi<Policies<nonblocking, kernel_ops>>::world());  // MPI_Iallreduce: the same results
 }
 

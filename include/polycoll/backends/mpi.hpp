@@ -34,6 +34,7 @@
 #include <mpi.h>
 
 #include <polycoll/backends/mpi/error.hpp>
+#include <polycoll/backends/mpi/halving.hpp>
 #include <polycoll/backends/mpi/policies.hpp>
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/requests.hpp>
@@ -146,7 +147,7 @@ class Environment {
 namespace detail::mpi {
 
 // Everything a communicator owns, behind one pointer: moves are cheap and the
-// mutex has a stable address.
+// submission lock has a stable address.
 struct CommState {
   MPI_Comm comm = MPI_COMM_NULL;
   bool owned = false;                          // MPI_Comm_free at the end
@@ -156,7 +157,7 @@ struct CommState {
   std::uint32_t tag_ub = 32767;
   bool serialized = false;  // MPI provides less than MPI_THREAD_MULTIPLE: use the process lock
   Options options;
-  std::mutex mutex;
+  SubmitLock mutex;  // serialises submissions
   std::uint64_t seq = 0;
   RequestPool pool;
   std::optional<Error> deferred;  // an error found while posting, returned by the next sync()
@@ -169,6 +170,12 @@ struct CommState {
   // timed out: MPI may still use them until a later sync() completes it.
   std::vector<std::vector<std::uint64_t>> retired_x;
   std::vector<std::vector<int>> retired_ints;
+  // The 2-rank halving all_reduce (backends/mpi/halving.hpp): its own dup of
+  // comm, so its point-to-point messages never match the user's send/recv,
+  // made on first use (collective: every rank takes that path in the same
+  // call), and its scratch half, grown, never shrunk.
+  MPI_Comm halving_comm = MPI_COMM_NULL;
+  std::vector<std::byte> halving_scratch;
 };
 
 }  // namespace detail::mpi
@@ -180,6 +187,19 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   using State = detail::mpi::CommState;
   static constexpr bool nonblocking = Policies::completion::is_nonblocking;
   static constexpr bool kernel_for_native = Policies::reduction::kernel_for_native;
+  static constexpr bool halving_for_native = [] {
+    if constexpr (requires { Policies::reduction::halving_for_native; }) {
+      return Policies::reduction::halving_for_native;
+    } else {
+      return false;
+    }
+  }();
+  // (D, Op) pairs whose large blocking all_reduce at 2 ranks takes the halving
+  // exchange (backends/mpi/halving.hpp): on MPICH, the pairs only polycoll's
+  // unit reduces, and the native ones where the policy says so.
+  template <DType D, ReduceOp Op>
+  static constexpr bool halving =
+      detail::mpi::halving_mpi && (halving_for_native || detail::mpi::always_user_op<D, Op>);
 
  public:
   /// The name in error messages and AnyCommunicator::backend_name().
@@ -328,12 +348,20 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   std::size_t world_size_impl() const noexcept { return state_ ? state_->size : 1; }
   std::size_t rank_impl() const noexcept { return state_ ? state_->rank : 0; }
 
-  std::unique_lock<std::mutex> lock() const noexcept {
-    return std::unique_lock<std::mutex>(state_->serialized ? detail::mpi::process().serial : state_->mutex);
+  using Guard = std::unique_lock<detail::mpi::SubmitLock>;
+  Guard lock() const noexcept {
+    return Guard(state_->serialized ? detail::mpi::process().serial : state_->mutex);
   }
 
   // Common entry checks: a live communicator, MPI not finalized, an int count.
-  Status enter(const detail::CallDesc& c, std::size_t count) const {
+  // live() is the hot-path test; enter() builds the error when it fails. Out
+  // of line and with the consistency check's call behind its flag, a call costs
+  // ~6 ns over MPI's own instead of ~12 (docs/mpi.md, "Per-call cost").
+  bool live(std::size_t count) const noexcept {
+    return state_ && !detail::mpi::process().finalized.load(std::memory_order_relaxed) &&
+           count <= static_cast<std::size_t>(INT_MAX);
+  }
+  [[gnu::noinline, gnu::cold]] Status enter(const detail::CallDesc& c, std::size_t count) const {
     if (!state_) return tl::unexpected(detail::call_error(Errc::invalid_argument, c, 0, 0, backend_name,
                                                           "moved-from communicator"));
     if (detail::mpi::process().finalized.load(std::memory_order_relaxed)) [[unlikely]] {
@@ -379,17 +407,6 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // The deadline of a call that starts now (none without op_timeout: one test).
   std::optional<detail::Clock::time_point> deadline() const {
     return detail::deadline_after(state_->options.op_timeout);
-  }
-
-  // Between fruitless polls: spin a little, then yield, then sleep briefly so
-  // that a peer sharing the core runs (MPICH busy-polls too).
-  static void back_off(unsigned& idle) noexcept {
-    if (++idle <= 64) return;
-    if (idle < 4096) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
   }
 
   // Completes `req`, the MPI_I* form of collective `c` (numbered) posted by a caller
@@ -497,7 +514,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <DType D, ReduceOp Op, class T>
   Status all_reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, T* buf, std::size_t count) {
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     int rc = MPI_SUCCESS;
     const MPI_Op op = op_for<D, Op>(rc, count * sizeof(T));
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
@@ -505,7 +522,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int n = static_cast<int>(count);
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (state_->check) [[unlikely]] {
+      if (auto s = check(c, dl); !s) return s;
+    }
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
@@ -514,8 +533,23 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       if constexpr (Op == ReduceOp::Avg) f = {&detail::mpi::divide_finish<D>, buf, nullptr, count, state_->size};
       return posted(req, c, dt, f, "MPI_Iallreduce", dl);
     } else {
-      rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
+      bool done = false;
+      if constexpr (halving<D, Op>) {
+        if (state_->size == 2 && count * sizeof(T) >= detail::mpi::halving_from_bytes) {
+          if (state_->halving_comm == MPI_COMM_NULL) {
+            rc = MPI_Comm_dup(state_->comm, &state_->halving_comm);
+            if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (halving all_reduce)");
+          }
+          rc = detail::mpi::halving_allreduce_2<D, Op>(buf, count, state_->rank, state_->halving_comm,
+                                                       state_->halving_scratch);
+          if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
+          done = true;
+        }
+      }
+      if (!done) {
+        rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm);
+        if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
+      }
       if constexpr (Op == ReduceOp::Avg) kernels::divide(d, buf, count, state_->size);
     }
     return {};
@@ -524,7 +558,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <DType D, ReduceOp Op, class T>
   Status reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count) {
     const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op);
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     const std::size_t w = state_->size;
     // In place (recv is this rank's block of send): MPI_IN_PLACE leaves the
     // result in block 0, moved to the rank's block afterwards.
@@ -542,7 +576,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (state_->check) [[unlikely]] {
+      if (auto s = check(c, dl); !s) return s;
+    }
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Ireduce_scatter_block(sbuf, result, n, dt, op, state_->comm, &req);
@@ -567,11 +603,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <DType D, class T>
   Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
     const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, D, root);
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (state_->check) [[unlikely]] {
+      if (auto s = check(c, dl); !s) return s;
+    }
     int rc;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
@@ -588,7 +626,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <DType D, class T>
   Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
     const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, D);
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     const std::size_t w = state_->size;
     const bool in_place = count != 0 && static_cast<const void*>(send) == static_cast<const void*>(recv + state_->rank * count);
     if (!in_place && count != 0 && overlaps(recv, count * w, send, count)) {
@@ -600,7 +638,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (state_->check) [[unlikely]] {
+      if (auto s = check(c, dl); !s) return s;
+    }
     int rc;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
@@ -619,7 +659,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                      std::size_t root) {
     auto c = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
     c.root = root;
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     int rc = MPI_SUCCESS;
     const MPI_Op op = op_for<D, Op>(rc, count * sizeof(T));
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
@@ -631,7 +671,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int n = static_cast<int>(count), r = static_cast<int>(root);
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (state_->check) [[unlikely]] {
+      if (auto s = check(c, dl); !s) return s;
+    }
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, &req);
@@ -654,7 +696,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <DType D, class T>
   Status gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
     const auto c = detail::CallDesc::rooted(detail::Call::gather, count, D, root);
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const bool in_place = state_->rank == root && count != 0 &&
                           static_cast<const void*>(send) == static_cast<const void*>(recv + root * count);
@@ -669,7 +711,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <DType D, class T>
   Status scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
     const auto c = detail::CallDesc::rooted(detail::Call::scatter, count, D, root);
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const bool in_place = state_->rank == root && count != 0 &&
                           static_cast<const void*>(recv) == static_cast<const void*>(send + root * count);
@@ -684,7 +726,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <DType D, class T>
   Status all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
     const auto c = detail::CallDesc::movement(detail::Call::all_to_all, count, D);
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
     return rooted_call(c, dt, "MPI_Alltoall", "MPI_Ialltoall", [&](MPI_Request* req) {
@@ -700,7 +742,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                      F&& call) {
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (state_->check) [[unlikely]] {
+      if (auto s = check(c, dl); !s) return s;
+    }
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       if (const int rc = call(&req); rc != MPI_SUCCESS) return mpi_error(c, rc, nonblocking_fn);
@@ -748,7 +792,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   Status all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv,
                            const detail::VLayout& layout) {
     const auto c = detail::CallDesc::movement(detail::Call::all_gather_v, layout.total(), D);
-    if (auto s = enter(c, send_count); !s) return s;
+    if (!live(send_count)) [[unlikely]] return enter(c, send_count);
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const bool in_place =
         send_count != 0 && static_cast<const void*>(send) == static_cast<const void*>(recv + layout.displ(state_->rank));
@@ -762,7 +806,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     }
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (state_->check) [[unlikely]] {
+      if (auto s = check(c, dl); !s) return s;
+    }
     if (auto s = to_ints(c, {&layout}); !s) return s;
     const int* ints = state_->v_ints.data();
     const std::size_t w = state_->size;
@@ -783,11 +829,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   Status all_to_all_v_impl(dtype_tag<D>, const T* send, const detail::VLayout& sl, T* recv,
                            const detail::VLayout& rl) {
     const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D);
-    if (auto s = enter(c, 0); !s) return s;
+    if (!live(0)) [[unlikely]] return enter(c, 0);
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (state_->check) [[unlikely]] {
+      if (auto s = check(c, dl); !s) return s;
+    }
     if (auto s = to_ints(c, {&sl, &rl}); !s) return s;
     const int* ints = state_->v_ints.data();
     const std::size_t w = state_->size;
@@ -823,14 +871,14 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // completed together by sync(): the request pool already is the batch.
   Status group_start_impl() {
     const auto c = detail::CallDesc::plain(detail::Call::group_start);
-    if (auto s = enter(c, 0); !s) return s;
+    if (!live(0)) [[unlikely]] return enter(c, 0);
     auto guard = lock();
     ++state_->groups;
     return {};
   }
   Status group_end_impl() {
     const auto c = detail::CallDesc::plain(detail::Call::group_end);
-    if (auto s = enter(c, 0); !s) return s;
+    if (!live(0)) [[unlikely]] return enter(c, 0);
     auto guard = lock();
     if (state_->groups == 0) {
       return tl::unexpected(this->error(Errc::invalid_argument, c, "no open group (group_end without group_start)"));
@@ -859,7 +907,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <DType D, class T>
   Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
     const auto c = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     if (auto s = check_tag(c, tag); !s) return s;
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     auto guard = lock();
@@ -874,7 +922,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <DType D, class T>
   Status recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
     const auto c = detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag);
-    if (auto s = enter(c, count); !s) return s;
+    if (!live(count)) [[unlikely]] return enter(c, count);
     if (auto s = check_tag(c, tag); !s) return s;
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     auto guard = lock();
@@ -1030,7 +1078,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // deadline passes (false). The lock is released between passes, so other
   // threads keep submitting (and may be what the awaited receives wait for).
   bool drain(const std::optional<detail::Clock::time_point>& deadline, std::uint64_t upto,
-             std::unique_lock<std::mutex>& guard, std::optional<Error>& first) {
+             Guard& guard, std::optional<Error>& first) {
     unsigned idle = 0;
     for (;;) {
       const bool progressed = poll_once(first);
@@ -1040,7 +1088,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       if (progressed) {
         idle = 0;
       } else {
-        back_off(idle);
+        detail::mpi::back_off(idle);
       }
       guard.lock();
     }
@@ -1048,7 +1096,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   // sync()'s and barrier()'s completion of everything posted before it,
   // bounded by op_timeout. Lock held (released while polling).
-  Status complete(const detail::CallDesc& c, std::unique_lock<std::mutex>& guard,
+  Status complete(const detail::CallDesc& c, Guard& guard,
                   const std::optional<detail::Clock::time_point>& dl) {
     std::optional<Error> first = std::exchange(state_->deferred, std::nullopt);
     bool done = true;
@@ -1081,7 +1129,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   Status sync_impl() {
     const auto c = detail::CallDesc::plain(detail::Call::sync);
-    if (auto s = enter(c, 0); !s) return s;
+    if (!live(0)) [[unlikely]] return enter(c, 0);
     // Nothing posted since the last complete sync (blocking collectives post
     // nothing): no lock, no polling. Measured in docs/mpi.md.
     if (!state_->pool.busy()) [[likely]] return {};
@@ -1092,7 +1140,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   Status barrier_impl() {
     const auto c = detail::CallDesc::plain(detail::Call::barrier);
-    if (auto s = enter(c, 0); !s) return s;
+    if (!live(0)) [[unlikely]] return enter(c, 0);
     const auto dl = deadline();
     auto guard = lock();
     if (auto s = complete(c, guard, dl); !s) return s;
@@ -1206,6 +1254,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         s.pool.clear();
       }
       if (usable) {
+        if (s.halving_comm != MPI_COMM_NULL) MPI_Comm_free(&s.halving_comm);
         if (s.owned) {
           MPI_Comm_free(&s.comm);
         } else if (s.saved != MPI_ERRHANDLER_NULL) {

@@ -36,27 +36,39 @@ struct nonblocking {
 struct builtin_ops {
   /// MPI's predefined op for the dtypes MPI has one for.
   static constexpr bool kernel_for_native = false;
+  /// Native dtypes never take the 2-rank halving exchange (the others do:
+  /// backends/mpi/halving.hpp).
+  static constexpr bool halving_for_native = false;
   /// The policy's name in benchmark output.
   static constexpr const char* name = "builtin";
 };
 
 /// Reduction-unit policy: polycoll's vectorised host unit (kernels/reduce.hpp)
-/// as a cached user MPI_Op for every dtype, native ones included.
+/// for every dtype, native ones included: as a cached user MPI_Op, and on
+/// MPICH at 2 ranks from 256 KiB in the halving exchange
+/// (backends/mpi/halving.hpp), each rank reducing half.
 struct kernel_ops {
   /// polycoll's unit for every dtype.
   static constexpr bool kernel_for_native = true;
+  /// Native dtypes take the 2-rank halving exchange too.
+  static constexpr bool halving_for_native = true;
   /// The policy's name in benchmark output.
   static constexpr const char* name = "kernel";
 };
 
 /// Reduction-unit policy: polycoll's unit as a user MPI_Op for messages below
-/// `kernel_below_bytes`, MPI's predefined op from there on. Measured on MPICH
-/// 4.0 with 2 ranks on an idle machine (docs/mpi.md): the user op was faster
-/// at 8 B and 64 KiB, the predefined op at 1 MiB and 16 MiB (where MPICH's
-/// user-op path costs up to 22% more).
+/// `kernel_below_bytes`, MPI's predefined op from there on, except where the
+/// 2-rank halving exchange applies (MPICH, 2 ranks, from 256 KiB:
+/// backends/mpi/halving.hpp), which reduces with polycoll's unit. Measured on
+/// MPICH 4.0 with 2 ranks on an idle machine (docs/mpi.md): the user op was
+/// faster at 8 B and 64 KiB; at 1 MiB and 16 MiB MPICH's user-op path costs up
+/// to 22% more than its predefined op, and the halving exchange is as fast or
+/// faster than both.
 struct adaptive_ops {
   /// Not for every size: see kernel_below_bytes.
   static constexpr bool kernel_for_native = false;
+  /// Native dtypes take the 2-rank halving exchange where it applies.
+  static constexpr bool halving_for_native = true;
   /// Messages shorter than this many bytes use polycoll's unit.
   static constexpr std::size_t kernel_below_bytes = 128 * 1024;
   /// The policy's name in benchmark output.
