@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <complex>
 #include <cstring>
 #include <cstdlib>
@@ -510,6 +511,75 @@ TEST_CASE("large user-op all_reduce at any world size", "[mpi][large][halving]")
   run(BasicMpi<Policies<blocking, builtin_ops>>::world());
   run(BasicMpi<Policies<blocking, kernel_ops>>::world());     // every dtype through the halving
   run(BasicMpi<Policies<nonblocking, kernel_ops>>::world());  // MPI_Iallreduce: the same results
+}
+
+// At 2 ranks the blocking policies reduce small messages through polycoll's
+// unit with the 2-rank exchange (backends/mpi/halving.hpp): both ranks reduce
+// the same two operands in the same order, so they agree bit for bit even
+// where the order shows (which NaN's payload a sum or a min keeps). Sizes up
+// to and past the exchange's limit; values checked too.
+TEST_CASE("small all_reduce: every rank gets the same bits", "[mpi][exchange]") {
+  auto run = [](auto comm) {
+    REQUIRE(comm);
+    const std::size_t w = comm->world_size(), r = comm->rank();
+    const auto nan32 = std::bit_cast<float>(static_cast<std::uint32_t>(0x7fc00000u + r + 1));
+    const auto nan64 = std::bit_cast<double>(static_cast<std::uint64_t>(0x7ff8000000000000ull + r + 1));
+    const auto nan16 = std::bit_cast<bf16>(static_cast<std::uint16_t>(0x7fc0u + r + 1));
+    for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{255}, std::size_t{256},
+                                std::size_t{257}, std::size_t{1023}, std::size_t{1024}, std::size_t{2048},
+                                std::size_t{2049}}) {
+      std::vector<float> s(n), mn(n), mx(n);
+      std::vector<double> a(n);
+      std::vector<bf16> h(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto v = static_cast<float>(i % 5 + r);
+        const bool nan_here = i % 3 == 0, nan_on_0 = i % 3 == 1 && r == 0;
+        s[i] = nan_here ? nan32 : v;
+        mn[i] = nan_here || nan_on_0 ? nan32 : v;
+        mx[i] = nan_here || nan_on_0 ? nan32 : v;
+        a[i] = nan_here ? nan64 : static_cast<double>(v);
+        h[i] = nan_here ? nan16 : bf16(v);
+      }
+      REQUIRE(comm->all_reduce(std::span(s), polycoll::sum));
+      REQUIRE(comm->all_reduce(std::span(mn), polycoll::min));
+      REQUIRE(comm->all_reduce(std::span(mx), polycoll::max));
+      REQUIRE(comm->all_reduce(std::span(a), polycoll::avg));
+      REQUIRE(comm->all_reduce(std::span(h), polycoll::sum));
+      REQUIRE(comm->sync());
+      std::size_t bad = 0;
+      const auto tri = static_cast<float>(w * (w - 1) / 2);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto base = static_cast<float>(i % 5);
+        if (i % 3 == 0) {
+          bad += !std::isnan(s[i]) + !std::isnan(mn[i]) + !std::isnan(mx[i]) + !std::isnan(a[i]) +
+                 !std::isnan(static_cast<float>(h[i]));
+        } else {
+          bad += s[i] != static_cast<float>(w) * base + tri;
+          bad += a[i] != static_cast<double>(base) + static_cast<double>(w - 1) / 2.0;
+          bad += static_cast<float>(h[i]) != static_cast<float>(w) * base + tri;
+          if (i % 3 == 2) bad += mn[i] != base || mx[i] != base + static_cast<float>(w - 1);
+        }
+      }
+      CHECK(bad == 0);
+      // Bit-identical on every rank where polycoll's exchange reduced.
+      auto same_everywhere = [&](const auto& v) {
+        const std::size_t bytes = v.size() * sizeof(v[0]);
+        std::vector<std::byte> all(bytes * w);
+        REQUIRE(MPI_Allgather(v.data(), static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes),
+                              MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS);
+        if (w != 2 || bytes > detail::mpi::exchange_to_bytes) return;
+        INFO("n " << n << ", " << sizeof(v[0]) << "-byte elements");
+        CHECK(std::memcmp(all.data(), all.data() + bytes, bytes) == 0);
+      };
+      same_everywhere(s);
+      same_everywhere(mn);
+      same_everywhere(mx);
+      same_everywhere(a);
+      same_everywhere(h);
+    }
+  };
+  run(Mpi::world());
+  run(BasicMpi<mpi::Policies<mpi::blocking, mpi::kernel_ops>>::world());
 }
 
 TEST_CASE("every policy bundle computes the same results", "[mpi][policies]") {

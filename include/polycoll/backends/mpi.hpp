@@ -170,11 +170,11 @@ struct CommState {
   // timed out: MPI may still use them until a later sync() completes it.
   std::vector<std::vector<std::uint64_t>> retired_x;
   std::vector<std::vector<int>> retired_ints;
-  // The 2-rank halving all_reduce (backends/mpi/halving.hpp): its own dup of
-  // comm, so its point-to-point messages never match the user's send/recv,
-  // made on first use (collective: every rank takes that path in the same
-  // call), and its scratch half, grown, never shrunk.
-  MPI_Comm halving_comm = MPI_COMM_NULL;
+  // The 2-rank all_reduce algorithms (backends/mpi/halving.hpp): their own
+  // dup of comm, so their point-to-point messages never match the user's
+  // send/recv, made on first use (collective: every rank takes that path in
+  // the same call), and the halving's scratch half, grown, never shrunk.
+  MPI_Comm pair_comm = MPI_COMM_NULL;
   std::vector<std::byte> halving_scratch;
 };
 
@@ -194,12 +194,18 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       return false;
     }
   }();
-  // (D, Op) pairs whose large blocking all_reduce at 2 ranks takes the halving
-  // exchange (backends/mpi/halving.hpp): on MPICH, the pairs only polycoll's
-  // unit reduces, and the native ones where the policy says so.
+  // (D, Op) pairs whose blocking all_reduce at 2 ranks takes polycoll's own
+  // algorithms (backends/mpi/halving.hpp): the pairs only polycoll's unit
+  // reduces, and the native ones where the policy says so; the small-message
+  // exchange on every MPI it is measured on, the large-message halving on MPICH.
   template <DType D, ReduceOp Op>
-  static constexpr bool halving =
-      detail::mpi::halving_mpi && (halving_for_native || detail::mpi::always_user_op<D, Op>);
+  static constexpr bool pair_algorithms = halving_for_native || detail::mpi::always_user_op<D, Op>;
+  template <DType D, ReduceOp Op>
+  static constexpr bool small_exchange = pair_algorithms<D, Op> && detail::mpi::exchange_to_bytes > 0;
+  template <DType D, ReduceOp Op>
+  static constexpr bool halving = pair_algorithms<D, Op> && detail::mpi::halving_mpi;
+  static_assert(mpi::adaptive_ops::kernel_below_bytes > detail::mpi::exchange_to_bytes,
+                "adaptive_ops reduces small messages with polycoll's unit, which the exchange uses");
 
  public:
   /// The name in error messages and AnyCommunicator::backend_name().
@@ -354,9 +360,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   }
 
   // Common entry checks: a live communicator, MPI not finalized, an int count.
-  // live() is the hot-path test; enter() builds the error when it fails. Out
-  // of line and with the consistency check's call behind its flag, a call costs
-  // ~6 ns over MPI's own instead of ~12 (docs/mpi.md, "Per-call cost").
+  // live() is the hot-path test; enter() builds the error when it fails. With
+  // enter() out of line, the consistency check's call behind its flag and the
+  // SubmitLock, a 1-rank call costs ~3.6 ns over MPI's own instead of ~12
+  // (docs/mpi.md, "Per-call cost").
   bool live(std::size_t count) const noexcept {
     return state_ && !detail::mpi::process().finalized.load(std::memory_order_relaxed) &&
            count <= static_cast<std::size_t>(INT_MAX);
@@ -380,14 +387,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   }
 
   // The MPI_Op of (D, Op) under this policy; rc set on failure.
-  // `bytes` is the same on every rank for one call, so every rank picks the same op.
+  // `bytes` is the same on every rank for one call, so every rank picks the same
+  // op; `predefined` makes adaptive_ops take MPI's op below its threshold too
+  // (all_reduce at 2 ranks where MPI's predefined op measured faster).
   template <DType D, ReduceOp Op>
-  static MPI_Op op_for(int& rc, [[maybe_unused]] std::size_t bytes) noexcept {
+  static MPI_Op op_for(int& rc, [[maybe_unused]] std::size_t bytes, [[maybe_unused]] bool predefined = false) noexcept {
     using R = typename Policies::reduction;
     if constexpr (detail::mpi::type_map<D>::builtin_reduction && !kernel_for_native &&
                   !detail::mpi::builtin_unsafe<D, Op>) {
       if constexpr (requires { R::kernel_below_bytes; }) {
-        if (bytes < R::kernel_below_bytes) return detail::mpi::user_op<D, Op>(rc);
+        if (bytes < R::kernel_below_bytes && !predefined) return detail::mpi::user_op<D, Op>(rc);
       }
       return detail::mpi::builtin_op<D, Op>();
     } else {
@@ -516,7 +525,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
     if (!live(count)) [[unlikely]] return enter(c, count);
     int rc = MPI_SUCCESS;
-    const MPI_Op op = op_for<D, Op>(rc, count * sizeof(T));
+    const std::size_t bytes = count * sizeof(T);
+    const MPI_Op op = op_for<D, Op>(rc, bytes, state_->size == 2 && detail::mpi::predefined_at_2(bytes));
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
@@ -534,15 +544,22 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       return posted(req, c, dt, f, "MPI_Iallreduce", dl);
     } else {
       bool done = false;
-      if constexpr (halving<D, Op>) {
-        if (state_->size == 2 && count * sizeof(T) >= detail::mpi::halving_from_bytes) {
-          if (state_->halving_comm == MPI_COMM_NULL) {
-            rc = MPI_Comm_dup(state_->comm, &state_->halving_comm);
-            if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (halving all_reduce)");
+      if constexpr (small_exchange<D, Op> || halving<D, Op>) {
+        const bool small = small_exchange<D, Op> && count != 0 && bytes <= detail::mpi::exchange_to_bytes;
+        const bool large = halving<D, Op> && bytes >= detail::mpi::halving_from_bytes;
+        if (state_->size == 2 && (small || large)) {
+          if (state_->pair_comm == MPI_COMM_NULL) {
+            rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
+            if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (2-rank all_reduce)");
           }
-          rc = detail::mpi::halving_allreduce_2<D, Op>(buf, count, state_->rank, state_->halving_comm,
-                                                       state_->halving_scratch);
-          if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
+          if (small) {
+            rc = detail::mpi::exchange_allreduce_2<D, Op>(buf, count, state_->rank, state_->pair_comm);
+            if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (2-rank exchange all_reduce)");
+          } else {
+            rc = detail::mpi::halving_allreduce_2<D, Op>(buf, count, state_->rank, state_->pair_comm,
+                                                         state_->halving_scratch);
+            if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
+          }
           done = true;
         }
       }
@@ -1254,7 +1271,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         s.pool.clear();
       }
       if (usable) {
-        if (s.halving_comm != MPI_COMM_NULL) MPI_Comm_free(&s.halving_comm);
+        if (s.pair_comm != MPI_COMM_NULL) MPI_Comm_free(&s.pair_comm);
         if (s.owned) {
           MPI_Comm_free(&s.comm);
         } else if (s.saved != MPI_ERRHANDLER_NULL) {

@@ -1,24 +1,42 @@
 #pragma once
 /// @file backends/mpi/halving.hpp
-/// The Mpi backend's own all_reduce for 2 ranks on MPICH (internal to
-/// backends/mpi.hpp): used by the blocking policy, without op_timeout, for
-/// large reductions that go through polycoll's unit (f16, bf16, fp8, the sums
-/// of 8- and 16-bit integers; every dtype under mpi::kernel_ops).
+/// The Mpi backend's own all_reduce algorithms for 2 ranks (internal to
+/// backends/mpi.hpp), used by the blocking policy without op_timeout for the
+/// reductions that go through polycoll's unit (f16, bf16, fp8, the sums of
+/// 8- and 16-bit integers; native dtypes under mpi::kernel_ops and, below its
+/// threshold, mpi::adaptive_ops). Two of them, by size:
 ///
-/// Why: with a user MPI_Op, MPICH 4.0 always runs recursive doubling (its
-/// reduce-scatter + allgather algorithm is reserved for predefined ops), so at
-/// 2 ranks each rank receives the peer's whole buffer and reduces all n
-/// elements. Exchanging halves instead, each rank reducing its own half with
-/// polycoll's unit and the reduced halves exchanged back, moves the same bytes
-/// per rank (n), does half the reduction work, and costs one more message
-/// round. Measured at 2 ranks on an idle machine (docs/mpi.md, "Idle machine,
-/// 2026-12-03"): bf16 at 1 MiB 0.49-0.55 and at 16 MiB 0.41-0.56 of the f32
-/// MPI_Allreduce, against 0.54-0.70 for MPI_Allreduce with the same op in the
-/// same rounds; f32 under kernel_ops 0.94 at 16 MiB instead of 1.18. Open
-/// MPI 4.1 already splits the work of a commutative user op at these sizes:
-/// the halving gains nothing there and is not used.
+/// - The exchange, for small messages (up to exchange_to_bytes): one
+///   MPI_Sendrecv of the whole buffer, then each rank reduces the two
+///   operands locally, in the same operand order on both ranks, so both get
+///   bit-identical results (NaN payloads included). MPI's own allreduce moves
+///   the same bytes at 2 ranks (recursive doubling) with more work per call
+///   (Open MPI 4.1's profile shows a malloc and free of a temporary buffer in
+///   every call). Measured at 2 ranks on an idle machine (docs/mpi.md,
+///   "The 2-rank exchange"): 0.81-0.90 of MPI_Allreduce (f32 sum) at 8 B-2 KiB
+///   on Open MPI, 0.41-0.49 at 8 B and up to 0.68 at 8 KiB on MPICH, against
+///   0.97-1.0 and 0.73-0.84 for MPI_Allreduce with the same user op. Beyond
+///   Open MPI's shared-memory eager limit (4 KiB) the rendezvous makes it 2x
+///   slower, hence its lower threshold there.
+/// - The halving, for large messages on MPICH (from halving_from_bytes). With
+///   a user MPI_Op, MPICH 4.0 always runs recursive doubling (its
+///   reduce-scatter + allgather algorithm is reserved for predefined ops), so
+///   at 2 ranks each rank receives the peer's whole buffer and reduces all n
+///   elements. Exchanging halves instead, each rank reducing its own half with
+///   polycoll's unit and the reduced halves exchanged back, moves the same
+///   bytes per rank (n), does half the reduction work, and costs one more
+///   message round. Measured at 2 ranks on an idle machine (docs/mpi.md, "Idle
+///   machine, 2026-12-03"): bf16 at 1 MiB 0.49-0.55 and at 16 MiB 0.41-0.56 of
+///   the f32 MPI_Allreduce, against 0.54-0.70 for MPI_Allreduce with the same
+///   op in the same rounds; f32 under kernel_ops 0.94 at 16 MiB instead of
+///   1.18. Open MPI 4.1 already splits the work of a commutative user op at
+///   these sizes: the halving gains nothing there and is not used.
+///
+/// Both run on the communicator's own dup (CommState::pair_comm), so their
+/// point-to-point messages never match the user's send/recv.
 
 #include <cstddef>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -43,6 +61,33 @@ inline constexpr bool halving_mpi = true;
 #else
 inline constexpr bool halving_mpi = false;
 #endif
+
+/// Bytes of the whole buffer up to which 2-rank reductions through polycoll's
+/// unit take the exchange (0: never). Open MPI: below its shared-memory eager
+/// limit (4 KiB, where the exchange turned 2x slower) with margin; MPICH: up to
+/// 8 KiB, where it was 0.62-0.68 of MPI_Allreduce (at 12-16 KiB MPICH's
+/// predefined op is faster than any user-op path).
+#if defined(MPICH_VERSION)
+inline constexpr std::size_t exchange_to_bytes = 8 * 1024;
+#elif defined(OMPI_MAJOR_VERSION)
+inline constexpr std::size_t exchange_to_bytes = 2 * 1024;
+#else
+inline constexpr std::size_t exchange_to_bytes = 0;
+#endif
+static_assert(exchange_to_bytes < halving_from_bytes);
+
+/// True where, at 2 ranks, MPI's predefined op beats every path through
+/// polycoll's unit for a native dtype, so mpi::adaptive_ops takes it below
+/// its threshold too. MPICH 4.0 from just above 8 KiB to 16 KiB: there its
+/// MPI_Allreduce with a predefined op ran 1.4-1.8x faster than with a user op
+/// or the exchange (at 8 KiB and from 17 KiB the user op is faster).
+constexpr bool predefined_at_2([[maybe_unused]] std::size_t bytes) noexcept {
+#if defined(MPICH_VERSION)
+  return bytes > exchange_to_bytes && bytes <= 16 * 1024;
+#else
+  return false;
+#endif
+}
 
 /// True for the (D, Op) pairs that always reduce through polycoll's user op,
 /// whatever the reduction policy.
@@ -87,6 +132,33 @@ int halving_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm
   user_fn<D, Op>(scratch.data(), b + mine * es, &len, nullptr);
   return MPI_Sendrecv(b + mine * es, static_cast<int>(mine_n), dt, peer, 1, b + other * es,
                       static_cast<int>(other_n), dt, peer, 1, comm, MPI_STATUS_IGNORE);
+}
+
+/// In-place all_reduce of `count` (> 0, count * size_of(D) <=
+/// exchange_to_bytes) elements of D over the 2-rank `comm` (this rank is
+/// `rank`), reducing through user_fn<D, Op> (Avg: the Sum step only, the
+/// caller divides): the whole buffer swapped with one MPI_Sendrecv into a
+/// stack buffer, then both ranks compute user_fn(in = rank 1's operand,
+/// inout = rank 0's operand), rank 1 into the stack buffer and copying it back,
+/// so the results are bit-identical. Returns MPI_SUCCESS or an MPI error code.
+template <DType D, ReduceOp Op>
+int exchange_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm comm) noexcept {
+  constexpr std::size_t es = size_of(D);
+  alignas(64) std::byte peer_buf[exchange_to_bytes > 0 ? exchange_to_bytes : 1];
+  const std::size_t bytes = count * es;
+  const int n = static_cast<int>(count);
+  const MPI_Datatype dt = type_map<D>::datatype();
+  const int rc = MPI_Sendrecv(buf, n, dt, rank == 0 ? 1 : 0, 2, peer_buf, n, dt, rank == 0 ? 1 : 0, 2, comm,
+                              MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) return rc;
+  int len = n;
+  if (rank == 0) {
+    user_fn<D, Op>(peer_buf, buf, &len, nullptr);
+  } else {
+    user_fn<D, Op>(buf, peer_buf, &len, nullptr);
+    std::memcpy(buf, peer_buf, bytes);
+  }
+  return MPI_SUCCESS;
 }
 
 }  // namespace polycoll::detail::mpi

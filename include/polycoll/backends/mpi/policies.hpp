@@ -36,38 +36,42 @@ struct nonblocking {
 struct builtin_ops {
   /// MPI's predefined op for the dtypes MPI has one for.
   static constexpr bool kernel_for_native = false;
-  /// Native dtypes never take the 2-rank halving exchange (the others do:
-  /// backends/mpi/halving.hpp).
+  /// Native dtypes never take polycoll's 2-rank all_reduce algorithms (the
+  /// others do: backends/mpi/halving.hpp).
   static constexpr bool halving_for_native = false;
   /// The policy's name in benchmark output.
   static constexpr const char* name = "builtin";
 };
 
 /// Reduction-unit policy: polycoll's vectorised host unit (kernels/reduce.hpp)
-/// for every dtype, native ones included: as a cached user MPI_Op, and on
-/// MPICH at 2 ranks from 256 KiB in the halving exchange
-/// (backends/mpi/halving.hpp), each rank reducing half.
+/// for every dtype, native ones included: as a cached user MPI_Op, and at 2
+/// ranks in polycoll's own all_reduce algorithms (backends/mpi/halving.hpp):
+/// the exchange for small messages, and on MPICH from 256 KiB the halving,
+/// each rank reducing half.
 struct kernel_ops {
   /// polycoll's unit for every dtype.
   static constexpr bool kernel_for_native = true;
-  /// Native dtypes take the 2-rank halving exchange too.
+  /// Native dtypes take the 2-rank algorithms too.
   static constexpr bool halving_for_native = true;
   /// The policy's name in benchmark output.
   static constexpr const char* name = "kernel";
 };
 
 /// Reduction-unit policy: polycoll's unit as a user MPI_Op for messages below
-/// `kernel_below_bytes`, MPI's predefined op from there on, except where the
-/// 2-rank halving exchange applies (MPICH, 2 ranks, from 256 KiB:
-/// backends/mpi/halving.hpp), which reduces with polycoll's unit. Measured on
-/// MPICH 4.0 with 2 ranks on an idle machine (docs/mpi.md): the user op was
-/// faster at 8 B and 64 KiB; at 1 MiB and 16 MiB MPICH's user-op path costs up
-/// to 22% more than its predefined op, and the halving exchange is as fast or
-/// faster than both.
+/// `kernel_below_bytes`, MPI's predefined op from there on, except where a
+/// 2-rank algorithm applies (backends/mpi/halving.hpp: the exchange for
+/// small messages, and on MPICH from 256 KiB the halving), which reduces with
+/// polycoll's unit; and a 2-rank all_reduce takes MPI's predefined op where
+/// it measured faster than every path through polycoll's unit (MPICH, just
+/// above 8 KiB to 16 KiB: detail::mpi::predefined_at_2). Measured on MPICH
+/// 4.0 with 2 ranks on an idle machine (docs/mpi.md): the user op was faster
+/// at 8 B and 64 KiB; at 1 MiB and 16 MiB MPICH's user-op path costs up to 22%
+/// more than its predefined op, and the halving exchange is as fast or faster
+/// than both.
 struct adaptive_ops {
   /// Not for every size: see kernel_below_bytes.
   static constexpr bool kernel_for_native = false;
-  /// Native dtypes take the 2-rank halving exchange where it applies.
+  /// Native dtypes take the 2-rank algorithms where they apply.
   static constexpr bool halving_for_native = true;
   /// Messages shorter than this many bytes use polycoll's unit.
   static constexpr std::size_t kernel_below_bytes = 128 * 1024;
