@@ -14,8 +14,8 @@
 ///   (Open MPI 4.1's profile shows a malloc and free of a temporary buffer in
 ///   every call). Measured at 2 ranks on an idle machine (docs/mpi.md,
 ///   "The 2-rank exchange"): 0.81-0.90 of MPI_Allreduce (f32 sum) at 8 B-2 KiB
-///   on Open MPI, 0.41-0.49 at 8 B and up to 0.68 at 8 KiB on MPICH, against
-///   0.97-1.0 and 0.73-0.84 for MPI_Allreduce with the same user op. Beyond
+///   on Open MPI and 0.33-0.77 at 8 B-8 KiB on MPICH, against 0.97-1.0 and
+///   0.49-0.84 for MPI_Allreduce with the same user op. Beyond
 ///   Open MPI's shared-memory eager limit (4 KiB) the rendezvous makes it 2x
 ///   slower, hence its lower threshold there.
 /// - The halving, for large messages on MPICH (from halving_from_bytes). With
@@ -65,8 +65,8 @@ inline constexpr bool halving_mpi = false;
 /// Bytes of the whole buffer up to which 2-rank reductions through polycoll's
 /// unit take the exchange (0: never). Open MPI: below its shared-memory eager
 /// limit (4 KiB, where the exchange turned 2x slower) with margin; MPICH: up to
-/// 8 KiB, where it was 0.62-0.68 of MPI_Allreduce (at 12-16 KiB MPICH's
-/// predefined op is faster than any user-op path).
+/// 8 KiB, where it was 0.54-0.77 of MPI_Allreduce (from 9 to 16 KiB MPICH's
+/// predefined op is faster than any user-op path: predefined_at_2).
 #if defined(MPICH_VERSION)
 inline constexpr std::size_t exchange_to_bytes = 8 * 1024;
 #elif defined(OMPI_MAJOR_VERSION)
