@@ -504,8 +504,14 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // Errc::mismatch on every rank, naming what each differing rank called,
   // instead of a hang or corrupted data. One MPI_Allgather of 48 bytes per
   // rank per collective (cost measured in docs/reliability.md). Lock held.
+  // Inline flag test, out-of-line exchange: with the check off, a collective
+  // pays one load and branch (the success Status folds away).
   Status check(const detail::CallDesc& call, const std::optional<detail::Clock::time_point>& deadline) {
     if (!state_->check) [[likely]] return {};
+    return check_fingerprints(call, deadline);
+  }
+  [[gnu::noinline]] Status check_fingerprints(const detail::CallDesc& call,
+                                              const std::optional<detail::Clock::time_point>& deadline) {
     detail::CallDesc c = call;
     c.seq = ++state_->coll_seq;
     const std::size_t w = state_->size;
@@ -532,9 +538,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int n = static_cast<int>(count);
     const auto dl = deadline();
     auto guard = lock();
-    if (state_->check) [[unlikely]] {
-      if (auto s = check(c, dl); !s) return s;
-    }
+    if (auto s = check(c, dl); !s) return s;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
@@ -593,9 +597,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
     const auto dl = deadline();
     auto guard = lock();
-    if (state_->check) [[unlikely]] {
-      if (auto s = check(c, dl); !s) return s;
-    }
+    if (auto s = check(c, dl); !s) return s;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Ireduce_scatter_block(sbuf, result, n, dt, op, state_->comm, &req);
@@ -624,9 +626,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const auto dl = deadline();
     auto guard = lock();
-    if (state_->check) [[unlikely]] {
-      if (auto s = check(c, dl); !s) return s;
-    }
+    if (auto s = check(c, dl); !s) return s;
     int rc;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
@@ -655,9 +655,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
     const auto dl = deadline();
     auto guard = lock();
-    if (state_->check) [[unlikely]] {
-      if (auto s = check(c, dl); !s) return s;
-    }
+    if (auto s = check(c, dl); !s) return s;
     int rc;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
@@ -688,9 +686,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int n = static_cast<int>(count), r = static_cast<int>(root);
     const auto dl = deadline();
     auto guard = lock();
-    if (state_->check) [[unlikely]] {
-      if (auto s = check(c, dl); !s) return s;
-    }
+    if (auto s = check(c, dl); !s) return s;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, &req);
@@ -759,9 +755,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                      F&& call) {
     const auto dl = deadline();
     auto guard = lock();
-    if (state_->check) [[unlikely]] {
-      if (auto s = check(c, dl); !s) return s;
-    }
+    if (auto s = check(c, dl); !s) return s;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       if (const int rc = call(&req); rc != MPI_SUCCESS) return mpi_error(c, rc, nonblocking_fn);
@@ -823,9 +817,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     }
     const auto dl = deadline();
     auto guard = lock();
-    if (state_->check) [[unlikely]] {
-      if (auto s = check(c, dl); !s) return s;
-    }
+    if (auto s = check(c, dl); !s) return s;
     if (auto s = to_ints(c, {&layout}); !s) return s;
     const int* ints = state_->v_ints.data();
     const std::size_t w = state_->size;
@@ -850,9 +842,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const auto dl = deadline();
     auto guard = lock();
-    if (state_->check) [[unlikely]] {
-      if (auto s = check(c, dl); !s) return s;
-    }
+    if (auto s = check(c, dl); !s) return s;
     if (auto s = to_ints(c, {&sl, &rl}); !s) return s;
     const int* ints = state_->v_ints.data();
     const std::size_t w = state_->size;
