@@ -14,8 +14,8 @@
 // All calls are in-place f32 sums on zeros (constant cost per element) unless
 // named bf16; "bf16 vs f32" compares the same element count. "raw
 // MPI_Allreduce bf16 op" is MPI's allreduce with polycoll's (dispatched) bf16
-// op, the call `Mpi` makes; "halving sendrecv" is a 2-rank allreduce of our
-// own (see the comment at its definition); "raw bf16
+// op, the call `Mpi` makes; "halving sendrecv" is the library's 2-rank
+// halving called directly (see the comment at its use); "raw bf16
 // baseline-target op" is MPI_Allreduce with the bf16 sum compiled for the
 // build's target only (no AVX2 dispatch); "RSB+Allgather" composes the
 // allreduce from MPI_Reduce_scatter_block and MPI_Allgather.
@@ -168,35 +168,21 @@ int main(int argc, char** argv) {
         {"raw bf16 baseline-target op",
          [&] { return MPI_Allreduce(MPI_IN_PLACE, h.data(), ni, MPI_UINT16_T, raw_bf16_baseline_op, raw) == 0; }},
     };
-    // A polycoll-side allreduce for 2 ranks, sketched: exchange halves with
+    // The library's 2-rank halving (backends/mpi/halving.hpp) called
+    // directly, on every MPI (Mpi takes it only on MPICH): exchange halves with
     // MPI_Sendrecv, reduce this rank's half with polycoll's unit, exchange the
     // reduced halves: the bytes of MPICH's recursive doubling (n per rank), half
     // its reduction work, one more message round.
-    std::vector<float> fscratch(size == 2 ? n : 0);
-    std::vector<bf16> hscratch(size == 2 ? n : 0);
-    auto halving = [&](auto* buf, auto* scratch, MPI_Datatype dt, auto reduce) {
-      const std::size_t half = n / 2;
-      const std::size_t mine = rank == 0 ? 0 : half, mine_n = rank == 0 ? half : n - half;
-      const std::size_t other = rank == 0 ? half : 0, other_n = n - mine_n;
-      const int peer = 1 - rank;
-      int rc = MPI_Sendrecv(buf + other, static_cast<int>(other_n), dt, peer, 0, scratch, static_cast<int>(mine_n),
-                            dt, peer, 0, raw, MPI_STATUS_IGNORE);
-      reduce(buf + mine, scratch, mine_n);
-      rc |= MPI_Sendrecv(buf + mine, static_cast<int>(mine_n), dt, peer, 1, buf + other, static_cast<int>(other_n),
-                         dt, peer, 1, raw, MPI_STATUS_IGNORE);
-      return rc == MPI_SUCCESS;
-    };
+    std::vector<std::byte> halving_scratch;
     if (size == 2) {
-      vs.push_back({"halving sendrecv f32 (unit)", [&] {
-                      return halving(f.data(), fscratch.data(), MPI_FLOAT, [](float* io, float* in, std::size_t m) {
-                        kernels::combine(dtype_tag<DType::F32>{}, polycoll::sum, io, io, in, m);
-                      });
+      const auto r = static_cast<std::size_t>(rank);
+      vs.push_back({"halving sendrecv f32 (unit)", [&, r] {
+                      return detail::mpi::halving_allreduce_2<DType::F32, ReduceOp::Sum>(f.data(), n, r, raw,
+                                                                                          halving_scratch) == 0;
                     }});
-      vs.push_back({"halving sendrecv bf16 (op)", [&] {
-                      return halving(h.data(), hscratch.data(), MPI_UINT16_T, [](bf16* io, bf16* in, std::size_t m) {
-                        int len = static_cast<int>(m);
-                        detail::mpi::user_fn<DType::BF16, ReduceOp::Sum>(in, io, &len, nullptr);
-                      });
+      vs.push_back({"halving sendrecv bf16 (op)", [&, r] {
+                      return detail::mpi::halving_allreduce_2<DType::BF16, ReduceOp::Sum>(h.data(), n, r, raw,
+                                                                                           halving_scratch) == 0;
                     }});
     }
     if (n % static_cast<std::size_t>(size) == 0) {
