@@ -13,6 +13,7 @@
 #include <polycoll/interop/boost_mpi.hpp>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <atomic>
@@ -580,6 +581,63 @@ TEST_CASE("small all_reduce: every rank gets the same bits", "[mpi][exchange]") 
   };
   run(Mpi::world());
   run(BasicMpi<mpi::Policies<mpi::blocking, mpi::kernel_ops>>::world());
+}
+
+// MPICH 4.0.2's MPI_MIN/MPI_MAX compare every unsigned type as signed, and
+// Open MPI 4.1.4's do for MPI_UNSIGNED_LONG (detail::mpi::builtin_unsafe):
+// polycoll reduces unsigned min/max with its own unit under every policy, at
+// every size and in every reducing collective. Values straddle the sign bit.
+TEST_CASE("unsigned min/max across the sign bit, every bundle, small and large", "[mpi][ops][unsigned]") {
+  auto run = [](auto comm) {
+    REQUIRE(comm);
+    const std::size_t w = comm->world_size(), r = comm->rank();
+    auto check_type = [&]<class T>(T) {
+      constexpr T top = T(T(1) << (8 * sizeof(T) - 1));  // the sign bit
+      for (const std::size_t n : {std::size_t{5}, std::size_t{(256 * 1024) / sizeof(T) + 3}}) {
+        INFO(sizeof(T) << "-byte unsigned, n " << n);
+        // Rank q holds top + (i % 7) - q on odd i (below the sign bit for q > i % 7)
+        // and (i % 5) + 3q on even i.
+        auto value = [&](std::size_t i, std::size_t q) {
+          return i % 2 ? static_cast<T>(top + static_cast<T>(i % 7) - static_cast<T>(q))
+                       : static_cast<T>(i % 5 + 3 * q);
+        };
+        std::vector<T> mn(n), mx(n), send(n * w), rs(n), red(n);
+        for (std::size_t i = 0; i < n; ++i) mn[i] = mx[i] = value(i, r);
+        for (std::size_t b = 0; b < w; ++b) {
+          for (std::size_t i = 0; i < n; ++i) send[b * n + i] = value(i + b, r);
+        }
+        REQUIRE(comm->all_reduce(std::span(mn), polycoll::min));
+        REQUIRE(comm->all_reduce(std::span(mx), polycoll::max));
+        REQUIRE(comm->reduce_scatter(std::span<const T>(send), std::span(rs), polycoll::min));
+        REQUIRE(comm->reduce(std::span<const T>(send.data(), n), std::span(red), polycoll::max, w - 1));
+        REQUIRE(comm->sync());
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          T lo = value(i, 0), hi = value(i, 0), lo_rs = value(i + r, 0), hi_red = value(i, 0);
+          for (std::size_t q = 1; q < w; ++q) {
+            lo = std::min(lo, value(i, q));
+            hi = std::max(hi, value(i, q));
+            lo_rs = std::min(lo_rs, value(i + r, q));
+            hi_red = std::max(hi_red, value(i, q));
+          }
+          bad += mn[i] != lo;
+          bad += mx[i] != hi;
+          bad += rs[i] != lo_rs;
+          if (r == w - 1) bad += red[i] != hi_red;
+        }
+        CHECK(bad == 0);
+      }
+    };
+    check_type(std::uint8_t{});
+    check_type(std::uint16_t{});
+    check_type(std::uint32_t{});
+    check_type(std::uint64_t{});
+  };
+  using namespace polycoll::mpi;
+  run(Mpi::world());
+  run(BasicMpi<Policies<blocking, builtin_ops>>::world());
+  run(BasicMpi<Policies<nonblocking, builtin_ops>>::world());
+  run(BasicMpi<Policies<nonblocking, adaptive_ops>>::world());
 }
 
 TEST_CASE("every policy bundle computes the same results", "[mpi][policies]") {

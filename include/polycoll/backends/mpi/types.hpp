@@ -76,14 +76,22 @@ constexpr std::size_t dtype_index() {
   return i;
 }
 
-/// True where MPI's predefined op may not give polycoll's result: Sum of 8-
-/// and 16-bit integers, which polycoll defines modulo 2^bits, and which Open
-/// MPI 4.1's AVX op component computes with saturating adds (32767 + 1 ==
-/// 32767: open-mpi/ompi#8045, closed wontfix). Those pairs always take
-/// polycoll's unit as a user op, whatever the reduction policy.
+/// True where MPI's predefined op may not give polycoll's result. Those pairs
+/// always take polycoll's unit as a user op, whatever the reduction policy:
+/// - Sum of 8- and 16-bit integers, which polycoll defines modulo 2^bits, and
+///   which Open MPI 4.1's AVX op component computes with saturating adds
+///   (32767 + 1 == 32767: open-mpi/ompi#8045, closed wontfix);
+/// - Min and Max of unsigned integers: MPICH 4.0.2 compares MPI_UINT8_T ..
+///   MPI_UINT64_T as signed (min(10, 200) on MPI_UINT8_T is 200; min(5,
+///   2^63 + 5) on MPI_UINT64_T is 2^63 + 5), and so does Open MPI 4.1.4 for
+///   MPI_UNSIGNED_LONG; measured with a raw MPI_Allreduce (docs/mpi.md,
+///   "Predefined ops that compute wrong results"). Not worth a per-MPI
+///   exception: polycoll's unit is correct on every MPI.
 template <DType D, ReduceOp Op>
 inline constexpr bool builtin_unsafe =
-    Op == ReduceOp::Sum && (D == DType::I8 || D == DType::I16 || D == DType::U8 || D == DType::U16);
+    (Op == ReduceOp::Sum && (D == DType::I8 || D == DType::I16 || D == DType::U8 || D == DType::U16)) ||
+    ((Op == ReduceOp::Min || Op == ReduceOp::Max) &&
+     (D == DType::U8 || D == DType::U16 || D == DType::U32 || D == DType::U64));
 
 /// The predefined MPI_Op for (D, Op); Avg is a Sum followed by polycoll's
 /// division. Bool takes the logical ops (Sum/Max = or, Prod/Min = and).
