@@ -14,7 +14,9 @@
 // All calls are in-place f32 sums on zeros (constant cost per element) unless
 // named bf16; "bf16 vs f32" compares the same element count. "raw
 // MPI_Allreduce bf16 op" is MPI's allreduce with polycoll's (dispatched) bf16
-// op, the call `Mpi` makes; "halving sendrecv" is the library's 2-rank
+// op, the call `Mpi` makes at 3+ ranks and for 2 ranks on different nodes
+// (on one node, up to 4 MiB, it reduces through the shared-memory window of
+// backends/mpi/shm.hpp); "halving sendrecv" is the library's 2-rank
 // halving called directly (see the comment at its use); "raw bf16
 // baseline-target op" is MPI_Allreduce with the bf16 sum compiled for the
 // build's target only (no AVX2 dispatch); "RSB+Allgather" composes the
@@ -106,7 +108,7 @@ int main(int argc, char** argv) {
   MPI_Op raw_bf16_baseline_op;
   MPI_Op_create(&baseline_sum_bf16, 1, &raw_bf16_baseline_op);
 
-  std::vector<std::size_t> sizes = {8, 16u << 10, 64u << 10, 1u << 20, 16u << 20};
+  std::vector<std::size_t> sizes = {8, 16u << 10, 64u << 10, 1u << 20, 4u << 20, 16u << 20};
   if (quick) sizes = {8, 64u << 10};
   FILE* csv = (rank == 0 && csv_path) ? std::fopen(csv_path, "w") : nullptr;
   if (csv) std::fprintf(csv, "mpi,ranks,bytes,variant,median_us,ratio_vs_raw\n");
@@ -168,8 +170,10 @@ int main(int argc, char** argv) {
         {"raw bf16 baseline-target op",
          [&] { return MPI_Allreduce(MPI_IN_PLACE, h.data(), ni, MPI_UINT16_T, raw_bf16_baseline_op, raw) == 0; }},
     };
-    // The library's 2-rank halving (backends/mpi/halving.hpp) called
-    // directly, on every MPI (Mpi takes it only on MPICH): exchange halves with
+    // The library's 2-rank point-to-point halving (backends/mpi/halving.hpp)
+    // called directly, on every MPI (Mpi takes it on MPICH, for ranks on
+    // different nodes or above the shared-memory window's 4 MiB; on one node
+    // below that, the "default" and "kernel" variants use the window): exchange halves with
     // MPI_Sendrecv, reduce this rank's half with polycoll's unit, exchange the
     // reduced halves: the bytes of MPICH's recursive doubling (n per rank), half
     // its reduction work, one more message round.

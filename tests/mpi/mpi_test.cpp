@@ -568,7 +568,8 @@ TEST_CASE("small all_reduce: every rank gets the same bits", "[mpi][exchange]") 
         std::vector<std::byte> all(bytes * w);
         REQUIRE(MPI_Allgather(v.data(), static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes),
                               MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS);
-        if (w != 2 || bytes > detail::mpi::exchange_to_bytes) return;
+        const bool window = comm->shared_window_bytes() > 0 && bytes <= detail::mpi::shm_to_bytes;
+        if (w != 2 || (bytes > detail::mpi::exchange_to_bytes && !window)) return;
         INFO("n " << n << ", " << sizeof(v[0]) << "-byte elements");
         CHECK(std::memcmp(all.data(), all.data() + bytes, bytes) == 0);
       };
@@ -583,10 +584,215 @@ TEST_CASE("small all_reduce: every rank gets the same bits", "[mpi][exchange]") 
   run(BasicMpi<mpi::Policies<mpi::blocking, mpi::kernel_ops>>::world());
 }
 
+// True when every rank of MPI_COMM_WORLD runs on one node (shared memory).
+bool one_node() {
+  MPI_Comm node = MPI_COMM_NULL;
+  REQUIRE(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS);
+  int n = 0, w = 0;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  MPI_Comm_free(&node);
+  return n == w;
+}
+
+// At 2 ranks on one node the blocking policies reduce through a shared-memory
+// window up to 4 MiB (backends/mpi/shm.hpp): in the sequence number's cache
+// line up to 56 bytes, one phase up to 16 KiB, halves above, the window grown
+// as larger messages come, point-to-point beyond the cap. Sizes on both sides
+// of every boundary, in an order that grows the window twice and goes back
+// down; calls that cycle through the three algorithms with new values each
+// time (each call's buffer set is reused two calls later: a rank overwriting
+// it early would show here); bit identity across ranks; and at any other
+// world size the same values.
+TEST_CASE("2-rank shared-memory all_reduce: every size, growth, alternation, same bits", "[mpi][shm]") {
+  auto run = [](auto comm) {
+    REQUIRE(comm);
+    const std::size_t w = comm->world_size(), r = comm->rank();
+    const std::size_t tri = w * (w - 1) / 2;
+    const bool window_expected = w == 2 && one_node();
+    auto same_everywhere = [&](const auto& v) {
+      const std::size_t bytes = v.size() * sizeof(v[0]);
+      std::vector<std::byte> all(bytes * w);
+      REQUIRE(MPI_Allgather(v.data(), static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes),
+                            MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS);
+      if (w == 2) CHECK(std::memcmp(all.data(), all.data() + bytes, bytes) == 0);
+    };
+    const std::size_t cap = detail::mpi::shm_to_bytes, one = detail::mpi::shm_one_phase_to_bytes;
+    const std::size_t tiny = detail::mpi::shm_inline_bytes / 4;
+    for (const std::size_t f32s : {std::size_t{1}, std::size_t{2}, std::size_t{3}, tiny, tiny + 1, one / 4 - 1,
+                                   one / 4, one / 4 + 1,
+                                   std::size_t{20000}, std::size_t{65537}, cap / 4, std::size_t{777},
+                                   cap / 4 + 1, std::size_t{40001}}) {
+      INFO("f32 elements " << f32s);
+      std::vector<float> f(f32s);
+      std::vector<bf16> h(2 * f32s);  // the same bytes
+      std::vector<std::int64_t> big(f32s / 2 + 1);
+      std::vector<std::complex<float>> z(f32s / 2 + 1);
+      std::vector<double> a(f32s / 2 + 1, static_cast<double>(r));
+      std::vector<std::uint8_t> u8(4 * f32s);
+      for (std::size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(i % 13 + 5 * r);
+      for (std::size_t i = 0; i < h.size(); ++i) h[i] = bf16(static_cast<float>(i % 9 + r));
+      for (std::size_t i = 0; i < big.size(); ++i) {
+        big[i] = static_cast<std::int64_t>(i * 1000003 % 77) - static_cast<std::int64_t>(r * 40);
+      }
+      for (std::size_t i = 0; i < z.size(); ++i) z[i] = {static_cast<float>(r), static_cast<float>(i % 4)};
+      for (std::size_t i = 0; i < u8.size(); ++i) u8[i] = static_cast<std::uint8_t>((i + 31 * r) % 251);
+      REQUIRE(comm->all_reduce(std::span(f), polycoll::sum));
+      if (window_expected && f32s * 4 <= cap) CHECK(comm->shared_window_bytes() >= 2 * f32s * 4);
+      REQUIRE(comm->all_reduce(std::span(h), polycoll::sum));
+      REQUIRE(comm->all_reduce(std::span(big), polycoll::max));
+      REQUIRE(comm->all_reduce(std::span(z), polycoll::sum));
+      REQUIRE(comm->all_reduce(std::span(a), polycoll::avg));
+      REQUIRE(comm->all_reduce(std::span(u8), polycoll::min));
+      REQUIRE(comm->sync());
+      std::array<std::size_t, 6> bad{};  // f32, bf16, i64, c64, f64, u8
+      for (std::size_t i = 0; i < f.size(); ++i) bad[0] += f[i] != static_cast<float>(w * (i % 13) + 5 * tri);
+      for (std::size_t i = 0; i < h.size(); ++i) {
+        bad[1] += static_cast<float>(h[i]) != static_cast<float>(w * (i % 9) + tri);
+      }
+      for (std::size_t i = 0; i < big.size(); ++i) bad[2] += big[i] != static_cast<std::int64_t>(i * 1000003 % 77);
+      for (std::size_t i = 0; i < z.size(); ++i) {
+        bad[3] += z[i] != std::complex<float>(static_cast<float>(tri), static_cast<float>(w * (i % 4)));
+      }
+      for (std::size_t i = 0; i < a.size(); ++i) bad[4] += a[i] != static_cast<double>(w - 1) / 2.0;
+      for (std::size_t i = 0; i < u8.size(); ++i) {
+        std::uint8_t want = 255;
+        for (std::size_t q = 0; q < w; ++q) want = std::min(want, static_cast<std::uint8_t>((i + 31 * q) % 251));
+        bad[5] += u8[i] != want;
+      }
+      CHECK(bad == std::array<std::size_t, 6>{});
+      same_everywhere(f);
+      same_everywhere(h);
+      same_everywhere(a);
+    }
+    if (window_expected) CHECK(comm->shared_window_bytes() >= cap);
+    // In-line, one phase and halves in turn, new values every call.
+    std::size_t bad = 0;
+    for (std::size_t it = 0; it < 300; ++it) {
+      std::vector<float> v(it % 3 == 0 ? 10 : it % 3 == 1 ? 1000 : 20000);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((it * 7 + i) % 1000 + r);
+      REQUIRE(comm->all_reduce(std::span(v), polycoll::sum));
+      for (std::size_t i = 0; i < v.size(); ++i) bad += v[i] != static_cast<float>(w * ((it * 7 + i) % 1000) + tri);
+    }
+    REQUIRE(comm->sync());
+    CHECK(bad == 0);
+  };
+  run(Mpi::world());
+  using namespace polycoll::mpi;
+  run(BasicMpi<Policies<blocking, kernel_ops>>::world());
+  // builtin_ops keeps MPI's own allreduce for native dtypes, but f16/bf16/fp8
+  // and 8/16-bit sums still take the window.
+  auto b = BasicMpi<Policies<blocking, builtin_ops>>::world();
+  REQUIRE(b);
+  std::vector<float> f(1000, 1.0f);
+  REQUIRE(b->all_reduce(std::span(f), polycoll::sum));
+  CHECK(b->shared_window_bytes() == 0);
+  std::vector<bf16> h(1000, bf16(1.0f));
+  REQUIRE(b->all_reduce(std::span(h), polycoll::sum));
+  CHECK((b->shared_window_bytes() > 0) == (b->world_size() == 2 && one_node()));
+  CHECK(static_cast<float>(h[999]) == static_cast<float>(b->world_size()));
+}
+
+// The window is freed collectively: a rank whose peer does not come to free it
+// within drop_timeout leaves it to MPI_Finalize and says so, instead of
+// waiting in MPI_Win_free; the late peer then does not wait either.
+TEST_CASE("2-rank shared-memory window: teardown with a late peer is bounded", "[mpi][shm][drop]") {
+  const bool pair = [] {
+    int w = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &w);
+    return w == 2 && one_node();
+  }();
+  if (!pair) return;
+  Options o;
+  o.drop_timeout = 150ms;
+  const LogSink old = set_log_sink(&capture);
+  {
+    std::lock_guard lock(g_log_mutex);
+    g_log.clear();
+  }
+  std::chrono::steady_clock::duration took{};
+  std::size_t r = 0;
+  {
+    Mpi comm = world(o);
+    r = comm.rank();
+    std::vector<float> v(100, 1.0f);
+    REQUIRE(comm.all_reduce(std::span(v), polycoll::sum));
+    REQUIRE(comm.shared_window_bytes() > 0);
+    CHECK(v[0] == 2.0f);
+    if (r == 1) std::this_thread::sleep_for(600ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      Mpi dying = std::move(comm);
+    }
+    took = std::chrono::steady_clock::now() - t0;
+  }
+  set_log_sink(old);
+  std::lock_guard lock(g_log_mutex);
+  if (r == 0) {
+    CHECK(took >= 150ms);
+    CHECK(took < 550ms);
+  } else {
+    CHECK(took < 100ms);  // the peer has withdrawn: nothing to wait for
+  }
+  REQUIRE(g_log.size() == 1);
+  INFO(g_log[0]);
+  CHECK(contains(g_log[0], "did not meet within drop_timeout (150 ms) to free the shared-memory window"));
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Both ranks destroying together free the window, quickly and silently.
+  g_log.clear();
+  set_log_sink(&capture);
+  {
+    Mpi comm = world(o);
+    std::vector<float> v(100, 1.0f);
+    REQUIRE(comm.all_reduce(std::span(v), polycoll::sum));
+    REQUIRE(comm.shared_window_bytes() > 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      Mpi dying = std::move(comm);
+    }
+    took = std::chrono::steady_clock::now() - t0;
+  }
+  set_log_sink(old);
+  CHECK(took < 100ms);
+  CHECK(g_log.empty());
+}
+
 // MPICH 4.0.2's MPI_MIN/MPI_MAX compare every unsigned type as signed, and
 // Open MPI 4.1.4's do for MPI_UNSIGNED_LONG (detail::mpi::builtin_unsafe):
 // polycoll reduces unsigned min/max with its own unit under every policy, at
 // every size and in every reducing collective. Values straddle the sign bit.
+// A blocking MPI_Allreduce progresses the rank's other MPI traffic while it
+// waits; the window's waits must too. Rank 1 is in an MPI_Ssend to rank 0
+// (it returns only once rank 0's MPI has matched it) before it joins the
+// all_reduce, whose matching receive rank 0 posted before entering it: without
+// progress while rank 0 waits for rank 1, both wait forever.
+TEST_CASE("2-rank shared-memory all_reduce drives MPI's progress while it waits", "[mpi][shm][progress]") {
+  int w = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  if (w != 2 || !one_node()) return;
+  Mpi comm = world();
+  const std::size_t r = comm.rank();
+  for (const std::size_t n : {std::size_t{2}, std::size_t{1000}, std::size_t{100000}}) {  // each algorithm
+    INFO("all_reduce of " << n << " floats");
+    std::vector<float> v(n, 1.0f);
+    std::vector<char> msg(256 * 1024, static_cast<char>(r == 1 ? 42 : 0));
+    if (r == 0) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      REQUIRE(MPI_Irecv(msg.data(), static_cast<int>(msg.size()), MPI_CHAR, 1, 77, MPI_COMM_WORLD, &req) ==
+              MPI_SUCCESS);
+      REQUIRE(comm.all_reduce(std::span(v), polycoll::sum));
+      REQUIRE(MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS);
+      CHECK(msg.back() == 42);
+    } else {
+      REQUIRE(MPI_Ssend(msg.data(), static_cast<int>(msg.size()), MPI_CHAR, 0, 77, MPI_COMM_WORLD) == MPI_SUCCESS);
+      REQUIRE(comm.all_reduce(std::span(v), polycoll::sum));
+    }
+    CHECK(comm.shared_window_bytes() > 0);
+    CHECK(v[0] == 2.0f);
+    CHECK(v[n - 1] == 2.0f);
+  }
+}
+
 TEST_CASE("unsigned min/max across the sign bit, every bundle, small and large", "[mpi][ops][unsigned]") {
   auto run = [](auto comm) {
     REQUIRE(comm);

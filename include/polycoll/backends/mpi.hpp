@@ -38,6 +38,7 @@
 #include <polycoll/backends/mpi/policies.hpp>
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/requests.hpp>
+#include <polycoll/backends/mpi/shm.hpp>
 #include <polycoll/backends/mpi/types.hpp>
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
@@ -176,6 +177,8 @@ struct CommState {
   // the same call), and the halving's scratch half, grown, never shrunk.
   MPI_Comm pair_comm = MPI_COMM_NULL;
   std::vector<std::byte> halving_scratch;
+  // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
+  PairShm shm;
 };
 
 }  // namespace detail::mpi
@@ -195,9 +198,11 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     }
   }();
   // (D, Op) pairs whose blocking all_reduce at 2 ranks takes polycoll's own
-  // algorithms (backends/mpi/halving.hpp): the pairs only polycoll's unit
-  // reduces, and the native ones where the policy says so; the small-message
-  // exchange on every MPI it is measured on, the large-message halving on MPICH.
+  // algorithms: the pairs only polycoll's unit reduces, and the native ones
+  // where the policy says so. With both ranks on one node, the shared-memory
+  // window up to 4 MiB (backends/mpi/shm.hpp); otherwise, and above, the
+  // point-to-point ones (backends/mpi/halving.hpp): the small-message exchange
+  // on every MPI it is measured on, the large-message halving on MPICH.
   template <DType D, ReduceOp Op>
   static constexpr bool pair_algorithms = halving_for_native || detail::mpi::always_user_op<D, Op>;
   template <DType D, ReduceOp Op>
@@ -253,6 +258,14 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   [[nodiscard]] const Options& options() const noexcept {
     static const Options none{};
     return state_ ? state_->options : none;
+  }
+  /// Bytes of shared memory this rank holds for the 2-rank all_reduce of ranks
+  /// on one node (backends/mpi/shm.hpp: up to 2x the largest message of at
+  /// most 4 MiB so far, freed with the communicator); 0 when it has none.
+  [[nodiscard]] std::size_t shared_window_bytes() const noexcept {
+    if (!state_) return 0;
+    auto guard = lock();
+    return state_->shm.segment_bytes();
   }
   /// Operations posted and not yet completed by sync().
   [[nodiscard]] std::size_t pending() const noexcept {
@@ -548,23 +561,34 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       return posted(req, c, dt, f, "MPI_Iallreduce", dl);
     } else {
       bool done = false;
-      if constexpr (small_exchange<D, Op> || halving<D, Op>) {
+      if constexpr (pair_algorithms<D, Op>) {
         const bool small = small_exchange<D, Op> && count != 0 && bytes <= detail::mpi::exchange_to_bytes;
         const bool large = halving<D, Op> && bytes >= detail::mpi::halving_from_bytes;
-        if (state_->size == 2 && (small || large)) {
+        const bool window = count != 0 && bytes <= detail::mpi::shm_to_bytes;
+        if (state_->size == 2 && (small || large || window)) {
           if (state_->pair_comm == MPI_COMM_NULL) {
             rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (2-rank all_reduce)");
           }
-          if (small) {
+          if (window) {
+            rc = state_->shm.ensure(state_->pair_comm, state_->rank, count, sizeof(T));
+            if (rc != MPI_SUCCESS) {
+              return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (2-rank all_reduce window)");
+            }
+          }
+          if (window && state_->shm.ready()) {
+            state_->shm.template all_reduce<D, Op>(buf, count);
+            done = true;
+          } else if (small) {
             rc = detail::mpi::exchange_allreduce_2<D, Op>(buf, count, state_->rank, state_->pair_comm);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (2-rank exchange all_reduce)");
-          } else {
+            done = true;
+          } else if (large) {
             rc = detail::mpi::halving_allreduce_2<D, Op>(buf, count, state_->rank, state_->pair_comm,
                                                          state_->halving_scratch);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
+            done = true;
           }
-          done = true;
         }
       }
       if (!done) {
@@ -1261,6 +1285,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         s.pool.clear();
       }
       if (usable) {
+        if (!s.shm.release(s.options.drop_timeout)) {
+          log(LogLevel::warning,
+              detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: it and its peer did not "
+                          "meet within drop_timeout (", s.options.drop_timeout.count(),
+                          " ms) to free the shared-memory window of the 2-rank all_reduce together; "
+                          "the window is left to MPI_Finalize"));
+        }
         if (s.pair_comm != MPI_COMM_NULL) MPI_Comm_free(&s.pair_comm);
         if (s.owned) {
           MPI_Comm_free(&s.comm);

@@ -1,10 +1,12 @@
 #pragma once
 /// @file backends/mpi/halving.hpp
-/// The Mpi backend's own all_reduce algorithms for 2 ranks (internal to
-/// backends/mpi.hpp), used by the blocking policy without op_timeout for the
-/// reductions that go through polycoll's unit (f16, bf16, fp8, the sums of
-/// 8- and 16-bit integers; native dtypes under mpi::kernel_ops and, below its
-/// threshold, mpi::adaptive_ops). Two of them, by size:
+/// The Mpi backend's own point-to-point all_reduce algorithms for 2 ranks
+/// (internal to backends/mpi.hpp), used by the blocking policy without
+/// op_timeout for the reductions that go through polycoll's unit (f16, bf16,
+/// fp8, the sums of 8- and 16-bit integers, unsigned min/max; native dtypes
+/// under mpi::kernel_ops and mpi::adaptive_ops) where the shared-memory window
+/// of backends/mpi/shm.hpp does not apply: ranks on different nodes, and
+/// messages above its 4 MiB. Two of them, by size:
 ///
 /// - The exchange, for small messages (up to exchange_to_bytes): one
 ///   MPI_Sendrecv of the whole buffer, then each rank reduces the two

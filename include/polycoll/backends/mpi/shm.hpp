@@ -1,0 +1,363 @@
+#pragma once
+/// @file backends/mpi/shm.hpp
+/// The Mpi backend's 2-rank all_reduce through an MPI-3 shared-memory window
+/// (internal to backends/mpi.hpp). When both ranks of a 2-rank communicator
+/// run on one node (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) keeps them
+/// together), each allocates a segment with MPI_Win_allocate_shared and reads
+/// the peer's segment directly: a rank copies the operand the peer needs into
+/// its own segment, publishes a sequence number, and the peer reduces straight
+/// out of it with polycoll's unit. No message goes through MPI's point-to-point
+/// layer, whose rendezvous (Open MPI: CMA single copy, a system call per
+/// message; MPICH: copy in and copy out of its queues) cost more than the
+/// bytes. Measured at 2 ranks on an idle 2-core machine (docs/mpi.md, "The
+/// shared-memory window"): f32 sum 0.2-0.7 of MPI_Allreduce from 2 KiB to
+/// 4 MiB on MPICH 4.0 and Open MPI 4.1, bf16 sum 0.2-0.5 of the f32 call.
+///
+/// Two algorithms over the same segments, by size:
+/// - one phase (up to shm_one_phase_to_bytes): each rank copies its whole
+///   operand into its segment (up to 56 bytes into the cache line of the
+///   sequence number itself); both ranks reduce all n elements;
+/// - halves (above): rank 0 reduces the first half and rank 1 the rest, each
+///   reading the peer's half out of the peer's segment, then each copies the
+///   peer's reduced half out of the peer's segment. The same bytes cross
+///   between cores as in a point-to-point halving, half the reduction work.
+/// Both compute user_fn(in = rank 1's operand, inout = rank 0's operand) for
+/// every element, so every rank gets the same bits (NaN payloads included),
+/// and the same as the point-to-point exchange of halving.hpp.
+///
+/// Synchronisation is two monotonic counters per rank in its own segment
+/// (C++ atomics, acquire/release; the window must report MPI_WIN_UNIFIED, as
+/// MPICH's and Open MPI's shared windows do, or the path is not used). Each
+/// segment holds two buffer sets, used by calls of odd and even sequence
+/// numbers (and two lines for tiny operands, likewise): a rank writes set
+/// q % 2 in call q only after it saw the peer
+/// enter call q - 1, that is, after the peer finished reading that set in
+/// call q - 2, so no call waits for the peer to finish reading.
+///
+/// Both ranks take this path in the same calls: the choice depends on the
+/// communicator size, the count and dtype, op_timeout and the completion
+/// policy (all the same on every rank, as MPI requires of a collective), and
+/// on the window's state, which both ranks change together (creating and
+/// growing it is collective inside the call, and any failure is agreed on by
+/// an MPI_Allreduce before either rank uses it).
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <new>
+
+#include <mpi.h>
+
+#include <polycoll/backends/mpi/process.hpp>
+#include <polycoll/dtype.hpp>
+#include <polycoll/reduce_op.hpp>
+
+namespace polycoll::detail::mpi {
+
+/// Bytes of the whole buffer up to which 2-rank all_reduce on one node takes
+/// the shared-memory window. Each rank's segment holds two buffer sets, so it
+/// grows to 2x the largest message, 8 MiB at most. Above 4 MiB the f32 path
+/// fell behind MPI's own (Open MPI: 1.06 at 16 MiB), and bf16 through MPI's
+/// allreduce with polycoll's op already meets its figure there.
+inline constexpr std::size_t shm_to_bytes = 4 * 1024 * 1024;
+
+/// Bytes up to which the window path reduces the whole buffer on both ranks
+/// in one phase; above, each rank reduces half and a second phase copies the
+/// halves across (faster from 64 KiB: 0.29-0.30 against 0.36-0.44 of the f32
+/// MPI_Allreduce for bf16, on both MPIs).
+inline constexpr std::size_t shm_one_phase_to_bytes = 16 * 1024;
+
+/// Bytes up to which the operand travels inside the cache line that carries
+/// its sequence number: one line crosses between the cores per call and
+/// direction, instead of the counter's line and then the data's.
+inline constexpr std::size_t shm_inline_bytes = 56;
+
+/// A sequence number and the operand of one call, in one cache line.
+struct ShmLine {
+  alignas(64) std::atomic<std::uint64_t> seq{0};
+  std::byte data[shm_inline_bytes];
+};
+static_assert(sizeof(ShmLine) == 64);
+
+/// One rank's control block, at the start of its segment. Each counter on its
+/// own cache line: the peer polls one while this rank writes the other.
+struct ShmControl {
+  alignas(64) std::atomic<std::uint64_t> posted{0};   // last call whose operand is in this segment
+  alignas(64) std::atomic<std::uint64_t> reduced{0};  // last call whose reduced half is in this segment
+  alignas(64) std::atomic<std::uint32_t> closing{0};  // teardown agreement (rank 0's block only)
+  ShmLine lines[2];                                   // tiny operands, by call parity
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free,
+              "polycoll: the shared-memory window needs lock-free atomics (they live in memory two processes map)");
+
+/// The window of one 2-rank communicator: created on the first call that
+/// needs it, grown (freed and created again, collectively) when a larger
+/// message comes, released by release(). Not thread-safe: the communicator's
+/// submission lock serialises every use.
+class PairShm {
+ public:
+  enum class State : std::uint8_t { untried, ready, unavailable };
+
+  PairShm() = default;
+  PairShm(const PairShm&) = delete;
+  PairShm& operator=(const PairShm&) = delete;
+
+  /// Makes the window ready for a message of `count` elements of `elem_size`
+  /// bytes (<= shm_to_bytes in all) over the 2-rank `comm` (this rank:
+  /// `rank`), which the waits also use to drive MPI's progress; collective over comm, in the same
+  /// call on both ranks. Returns MPI_SUCCESS with ready() telling whether the
+  /// path can be used (false for ranks on different nodes, an MPI without a
+  /// unified shared window, or an allocation refused on either rank: then it
+  /// is never tried again), or an MPI error code.
+  int ensure(MPI_Comm comm, std::size_t rank, std::size_t count, std::size_t elem_size) noexcept {
+    if (state_ == State::unavailable) return MPI_SUCCESS;
+    const std::size_t need = set_bytes_for(count, elem_size);
+    if (state_ == State::ready && need <= set_bytes_) return MPI_SUCCESS;
+    if (state_ == State::untried) {
+      // Both ranks on one node? Checked once; the split is local to this call.
+      MPI_Comm node = MPI_COMM_NULL;
+      int rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+      if (rc != MPI_SUCCESS) return rc;
+      int n = 0;
+      rc = MPI_Comm_size(node, &n);
+      MPI_Comm_free(&node);
+      if (rc != MPI_SUCCESS) return rc;
+      if (n != 2) {  // the same answer on both ranks: each is alone on its node
+        state_ = State::unavailable;
+        return MPI_SUCCESS;
+      }
+    } else {
+      // Growing: both ranks are in this call. The barrier makes sure the
+      // peer is past its last read of this rank's segment before MPI_Win_free
+      // unmaps it.
+      state_ = State::unavailable;  // if the barrier fails, the window is left to MPI_Finalize
+      if (const int rc = MPI_Barrier(comm); rc != MPI_SUCCESS) return rc;
+      MPI_Win_free(&win_);
+    }
+    rank_ = rank;
+    comm_ = comm;
+    return create(comm, std::max(std::bit_ceil(need), min_set_bytes));
+  }
+
+  [[nodiscard]] bool ready() const noexcept { return state_ == State::ready; }
+  [[nodiscard]] std::size_t segment_bytes() const noexcept {
+    return state_ == State::ready ? header + 2 * set_bytes_ + 64 : 0;
+  }
+
+  /// In-place all_reduce of `count` (> 0) elements of D (bytes <= the size
+  /// given to ensure()), reducing through user_fn<D, Op> (Avg: the Sum step
+  /// only, the caller divides). Blocks until the result is in `buf`.
+  template <DType D, ReduceOp Op>
+  void all_reduce(void* buf, std::size_t count) noexcept {
+    if (count * size_of(D) <= shm_inline_bytes) {
+      in_line<D, Op>(static_cast<std::byte*>(buf), count);
+    } else if (count * size_of(D) <= shm_one_phase_to_bytes) {
+      one_phase<D, Op>(static_cast<std::byte*>(buf), count);
+    } else {
+      halves<D, Op>(static_cast<std::byte*>(buf), count);
+    }
+  }
+
+  /// Frees the window, collectively with the peer, if the peer comes to free
+  /// it within `bound`; otherwise leaves it to MPI_Finalize (the drop
+  /// contract: never block past the bound) and returns false. Call only while
+  /// MPI is usable, after the last all_reduce on this rank.
+  bool release(std::chrono::milliseconds bound) noexcept {
+    if (state_ != State::ready) return true;
+    state_ = State::unavailable;
+    // Agreement on one word in rank 0's block: the first rank to arrive waits
+    // for the second; if the bound expires first, it withdraws (1 ->
+    // abandoned) and the late rank, seeing that, does not call the collective
+    // MPI_Win_free either.
+    auto& word = control(rank_ == 0 ? mine_ : peer_).closing;
+    const std::uint32_t before = word.fetch_add(1, std::memory_order_acq_rel);
+    bool both = before == 1;
+    if (before == 0) {
+      const auto until = std::chrono::steady_clock::now() + bound;
+      unsigned idle = 0;
+      while (word.load(std::memory_order_acquire) != 2) {
+        if (std::chrono::steady_clock::now() >= until) break;
+        back_off(idle);
+      }
+      std::uint32_t expected = 1;
+      both = !word.compare_exchange_strong(expected, abandoned, std::memory_order_acq_rel);
+    }
+    if (!both) return false;
+    MPI_Win_free(&win_);
+    return true;
+  }
+
+ private:
+  static constexpr std::size_t header = (sizeof(ShmControl) + 63) / 64 * 64;
+  static constexpr std::size_t min_set_bytes = 64 * 1024;
+  static constexpr std::uint32_t abandoned = 0x100;
+
+  // One buffer set holds the operand slot and the reduced slot of the halves
+  // algorithm, each the larger half (ceil(count / 2) elements) rounded up to a
+  // cache line; the one-phase algorithm uses the set as one slot of >= bytes.
+  static std::size_t set_bytes_for(std::size_t count, std::size_t elem_size) noexcept {
+    return 2 * (((count + 1) / 2 * elem_size + 63) / 64 * 64);
+  }
+  static std::byte* align64(void* p) noexcept {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    return static_cast<std::byte*>(p) + ((64 - a % 64) % 64);
+  }
+  static ShmControl& control(std::byte* segment) noexcept {
+    return *std::launder(reinterpret_cast<ShmControl*>(segment));
+  }
+
+  int create(MPI_Comm comm, std::size_t set_bytes) noexcept {
+    MPI_Info info = MPI_INFO_NULL;
+    // Each rank's segment separately (page-aligned, first touched by its owner).
+    if (MPI_Info_create(&info) == MPI_SUCCESS) MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void* base = nullptr;
+    // 64 bytes of slack: Open MPI 4.1 returns segments aligned to 8 bytes only
+    // (and rounds their size up to pages); both ranks align the start to a
+    // cache line, which lands on the same byte in both mappings (the offset
+    // within a page is the same).
+    const auto seg = static_cast<MPI_Aint>(header + 2 * set_bytes + 64);
+    int rc = MPI_Win_allocate_shared(seg, 1, info, comm, &base, &win_);
+    if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+    int ok[2] = {rc == MPI_SUCCESS ? 1 : 0, 0};  // window created here; usable here
+    if (rc != MPI_SUCCESS) win_ = MPI_WIN_NULL;
+    if (ok[0] != 0) {
+      int* model = nullptr;
+      int flag = 0;
+      MPI_Aint peer_size = 0;
+      int unit = 0;
+      void* peer_base = nullptr;
+      if (MPI_Win_get_attr(win_, MPI_WIN_MODEL, &model, &flag) == MPI_SUCCESS && flag != 0 &&
+          *model == MPI_WIN_UNIFIED &&
+          MPI_Win_shared_query(win_, rank_ == 0 ? 1 : 0, &peer_size, &unit, &peer_base) == MPI_SUCCESS &&
+          peer_size >= seg && peer_base != nullptr && base != nullptr) {
+        mine_ = align64(base);
+        peer_ = align64(peer_base);
+        new (mine_) ShmControl();
+        ok[1] = 1;
+      }
+    }
+    // Agree before either rank uses the window: the peer's control block is
+    // initialised once this returns, and a failure on one rank is a failure on both.
+    rc = MPI_Allreduce(MPI_IN_PLACE, ok, 2, MPI_INT, MPI_MIN, comm);
+    if (rc != MPI_SUCCESS) {
+      state_ = State::unavailable;  // the window, if any, is left to MPI_Finalize
+      return rc;
+    }
+    if (ok[1] == 0) {
+      if (ok[0] != 0) MPI_Win_free(&win_);  // created on both ranks: free it together
+      state_ = State::unavailable;
+      return MPI_SUCCESS;
+    }
+    set_bytes_ = set_bytes;
+    seq_ = 0;
+    state_ = State::ready;
+    return MPI_SUCCESS;
+  }
+
+  // Waits for the peer's counter to reach call q. Past the first polls it
+  // also drives MPI's progress engine (MPI_Iprobe on the private dup, which
+  // no message of the user's reaches, so it consumes nothing): a blocking
+  // MPI_Allreduce progresses the rank's other MPI traffic while it waits, and
+  // the peer may need exactly that to get here (say it is in an MPI_Ssend
+  // to this rank whose matching receive this rank posted before the call).
+  void wait_for(const std::atomic<std::uint64_t>& counter, std::uint64_t q) const noexcept {
+    if (counter.load(std::memory_order_acquire) >= q) return;
+    unsigned idle = 0;
+    while (counter.load(std::memory_order_acquire) < q) {
+      if (idle >= 16) {
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
+      }
+      back_off(idle);
+    }
+  }
+
+  // The one-phase algorithm with the operand in the line of its sequence
+  // number (line q % 2, reused two calls later like the buffer sets).
+  template <DType D, ReduceOp Op>
+  void in_line(std::byte* buf, std::size_t count) noexcept {
+    const std::size_t bytes = count * size_of(D);
+    const std::uint64_t q = ++seq_;
+    ShmLine& mine = control(mine_).lines[q & 1];
+    ShmLine& peer = control(peer_).lines[q & 1];
+    std::memcpy(mine.data, buf, bytes);
+    mine.seq.store(q, std::memory_order_release);
+    wait_for(peer.seq, q);
+    alignas(64) std::byte theirs[shm_inline_bytes];
+    std::memcpy(theirs, peer.data, bytes);
+    int len = static_cast<int>(count);
+    if (rank_ == 0) {
+      user_fn<D, Op>(theirs, buf, &len, nullptr);
+    } else {
+      user_fn<D, Op>(buf, theirs, &len, nullptr);
+      std::memcpy(buf, theirs, bytes);
+    }
+  }
+
+  template <DType D, ReduceOp Op>
+  void one_phase(std::byte* buf, std::size_t count) noexcept {
+    const std::size_t bytes = count * size_of(D);
+    const std::uint64_t q = ++seq_;
+    std::byte* const my_set = mine_ + header + (q & 1) * set_bytes_;
+    std::byte* const peer_set = peer_ + header + (q & 1) * set_bytes_;
+    std::memcpy(my_set, buf, bytes);
+    control(mine_).posted.store(q, std::memory_order_release);
+    wait_for(control(peer_).posted, q);
+    int len = static_cast<int>(count);
+    if (rank_ == 0) {
+      user_fn<D, Op>(peer_set, buf, &len, nullptr);
+    } else {
+      std::memcpy(buf, peer_set, bytes);
+      user_fn<D, Op>(my_set, buf, &len, nullptr);
+    }
+  }
+
+  template <DType D, ReduceOp Op>
+  void halves(std::byte* buf, std::size_t count) noexcept {
+    constexpr std::size_t es = size_of(D);
+    const std::size_t half = count / 2;
+    const std::size_t mine = rank_ == 0 ? 0 : half;
+    const std::size_t mine_n = rank_ == 0 ? half : count - half;
+    const std::size_t other = rank_ == 0 ? half : 0;
+    const std::size_t other_n = count - mine_n;
+    const std::size_t slot = set_bytes_ / 2;
+    const std::uint64_t q = ++seq_;
+    std::byte* const my_in = mine_ + header + (q & 1) * set_bytes_;
+    std::byte* const my_out = my_in + slot;
+    std::byte* const peer_in = peer_ + header + (q & 1) * set_bytes_;
+    std::byte* const peer_out = peer_in + slot;
+    // The peer's operand for the half it reduces.
+    std::memcpy(my_in, buf + other * es, other_n * es);
+    control(mine_).posted.store(q, std::memory_order_release);
+    wait_for(control(peer_).posted, q);
+    int len = static_cast<int>(mine_n);
+    if (rank_ == 0) {
+      // in = rank 1's operand (the peer's slot), inout = this rank's.
+      user_fn<D, Op>(peer_in, buf + mine * es, &len, nullptr);
+      std::memcpy(my_out, buf + mine * es, mine_n * es);
+    } else {
+      // The same operand order: inout = rank 0's operand, copied out of its slot.
+      std::memcpy(my_out, peer_in, mine_n * es);
+      user_fn<D, Op>(buf + mine * es, my_out, &len, nullptr);
+      std::memcpy(buf + mine * es, my_out, mine_n * es);
+    }
+    control(mine_).reduced.store(q, std::memory_order_release);
+    wait_for(control(peer_).reduced, q);
+    std::memcpy(buf + other * es, peer_out, other_n * es);
+  }
+
+  MPI_Win win_ = MPI_WIN_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL;  // the 2-rank dup (not owned)
+  std::byte* mine_ = nullptr;
+  std::byte* peer_ = nullptr;
+  std::size_t set_bytes_ = 0;
+  std::size_t rank_ = 0;
+  std::uint64_t seq_ = 0;
+  State state_ = State::untried;
+};
+
+}  // namespace polycoll::detail::mpi
