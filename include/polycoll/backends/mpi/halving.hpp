@@ -96,6 +96,16 @@ constexpr bool predefined_at_2([[maybe_unused]] std::size_t bytes) noexcept {
 template <DType D, ReduceOp Op>
 inline constexpr bool always_user_op = !type_map<D>::builtin_reduction || builtin_unsafe<D, Op>;
 
+/// How a 2-rank algorithm splits `count` elements: rank 0 owns the first
+/// count / 2, rank 1 the rest; `other` is the peer's part.
+struct Halves {
+  std::size_t mine, mine_n, other, other_n;
+};
+constexpr Halves halves_of(std::size_t count, std::size_t rank) noexcept {
+  const std::size_t half = count / 2;
+  return rank == 0 ? Halves{0, half, half, count - half} : Halves{half, count - half, 0, half};
+}
+
 /// In-place all_reduce of `count` elements of D over the 2-rank `comm` (this
 /// rank is `rank`), reducing through user_fn<D, Op> (Avg: the Sum step only,
 /// the caller divides). Rank 0 owns the first count/2 elements, rank 1 the
@@ -110,11 +120,7 @@ template <DType D, ReduceOp Op>
 int halving_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm comm,
                         std::vector<std::byte>& scratch) noexcept {
   constexpr std::size_t es = size_of(D);
-  const std::size_t half = count / 2;
-  const std::size_t mine = rank == 0 ? 0 : half;
-  const std::size_t mine_n = rank == 0 ? half : count - half;
-  const std::size_t other = rank == 0 ? half : 0;
-  const std::size_t other_n = count - mine_n;
+  const auto [mine, mine_n, other, other_n] = halves_of(count, rank);
   if (scratch.size() < mine_n * es) {
     try {
       scratch.resize(mine_n * es);

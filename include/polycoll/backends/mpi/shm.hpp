@@ -52,6 +52,7 @@
 
 #include <mpi.h>
 
+#include <polycoll/backends/mpi/halving.hpp>
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/reduce_op.hpp>
@@ -319,11 +320,7 @@ class PairShm {
   template <DType D, ReduceOp Op>
   void halves(std::byte* buf, std::size_t count) noexcept {
     constexpr std::size_t es = size_of(D);
-    const std::size_t half = count / 2;
-    const std::size_t mine = rank_ == 0 ? 0 : half;
-    const std::size_t mine_n = rank_ == 0 ? half : count - half;
-    const std::size_t other = rank_ == 0 ? half : 0;
-    const std::size_t other_n = count - mine_n;
+    const auto [mine, mine_n, other, other_n] = halves_of(count, rank_);
     const std::size_t slot = set_bytes_ / 2;
     const std::uint64_t q = ++seq_;
     std::byte* const my_in = mine_ + header + (q & 1) * set_bytes_;
