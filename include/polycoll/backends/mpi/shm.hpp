@@ -182,6 +182,7 @@ class PairShm {
       unsigned idle = 0;
       while (word.load(std::memory_order_acquire) != 2) {
         if (std::chrono::steady_clock::now() >= until) break;
+        if (idle >= 16) progress();  // the peer may need it to get to its destructor
         back_off(idle);
       }
       std::uint32_t expected = 1;
@@ -269,12 +270,13 @@ class PairShm {
     if (counter.load(std::memory_order_acquire) >= q) return;
     unsigned idle = 0;
     while (counter.load(std::memory_order_acquire) < q) {
-      if (idle >= 16) {
-        int flag = 0;
-        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
-      }
+      if (idle >= 16) progress();
       back_off(idle);
     }
+  }
+  void progress() const noexcept {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
   }
 
   // The one-phase algorithm with the operand in the line of its sequence
