@@ -862,6 +862,64 @@ TEST_CASE("unsigned min/max across the sign bit, every bundle, small and large",
   run(BasicMpi<Policies<nonblocking, adaptive_ops>>::world());
 }
 
+// The point-to-point 2-rank algorithms (backends/mpi/halving.hpp) serve ranks
+// on different nodes, and the halving messages above the window's 4 MiB; on
+// one node below that the window takes over, so they are called directly
+// here: values, and both ranks' results bit for bit (the exchange reduces in
+// the window's operand order; the halving reduces each half once).
+TEST_CASE("point-to-point 2-rank exchange and halving, called directly", "[mpi][exchange][halving]") {
+  int w = 0, r = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  if (w != 2) return;
+  MPI_Comm comm = MPI_COMM_NULL;
+  REQUIRE(MPI_Comm_dup(MPI_COMM_WORLD, &comm) == MPI_SUCCESS);
+  const auto rank = static_cast<std::size_t>(r);
+  auto same_everywhere = [&](const auto& v) {
+    const std::size_t bytes = v.size() * sizeof(v[0]);
+    std::vector<std::byte> all(2 * bytes);
+    REQUIRE(MPI_Allgather(v.data(), static_cast<int>(bytes), MPI_BYTE, all.data(), static_cast<int>(bytes),
+                          MPI_BYTE, comm) == MPI_SUCCESS);
+    CHECK(std::memcmp(all.data(), all.data() + bytes, bytes) == 0);
+  };
+  std::vector<std::byte> scratch;
+  for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{257}, std::size_t{100001}}) {
+    INFO("n " << n);
+    std::vector<float> f(n);
+    std::vector<bf16> h(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      f[i] = static_cast<float>(i % 11 + 3 * rank);
+      h[i] = bf16(static_cast<float>(i % 7 + rank));
+    }
+    auto f2 = f;
+    auto h2 = h;
+    const bool small = n * sizeof(float) <= detail::mpi::exchange_to_bytes;  // the exchange's sizes
+    if (small) {
+      CHECK(detail::mpi::exchange_allreduce_2<DType::F32, ReduceOp::Sum>(f.data(), n, rank, comm) == MPI_SUCCESS);
+      CHECK(detail::mpi::exchange_allreduce_2<DType::BF16, ReduceOp::Sum>(h.data(), n, rank, comm) == MPI_SUCCESS);
+    }
+    CHECK(detail::mpi::halving_allreduce_2<DType::F32, ReduceOp::Sum>(f2.data(), n, rank, comm, scratch) ==
+          MPI_SUCCESS);
+    CHECK(detail::mpi::halving_allreduce_2<DType::BF16, ReduceOp::Sum>(h2.data(), n, rank, comm, scratch) ==
+          MPI_SUCCESS);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto want_f = static_cast<float>(2 * (i % 11) + 3);
+      const auto want_h = static_cast<float>(2 * (i % 7) + 1);
+      if (small) bad += (f[i] != want_f) + (static_cast<float>(h[i]) != want_h);
+      bad += (f2[i] != want_f) + (static_cast<float>(h2[i]) != want_h);
+    }
+    CHECK(bad == 0);
+    same_everywhere(f2);
+    same_everywhere(h2);
+    if (small) {
+      same_everywhere(f);
+      same_everywhere(h);
+    }
+  }
+  MPI_Comm_free(&comm);
+}
+
 TEST_CASE("every policy bundle computes the same results", "[mpi][policies]") {
   auto check = [](auto comm) {
     REQUIRE(comm);
