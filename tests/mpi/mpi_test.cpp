@@ -33,17 +33,6 @@
 #include "../count_allocations.hpp"
 #include "common.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define POLYCOLL_TEST_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define POLYCOLL_TEST_LSAN 1
-#endif
-#endif
-#if defined(POLYCOLL_TEST_LSAN)
-#include <sanitizer/lsan_interface.h>
-#endif
-
 using polycoll::test::g_allocations;
 
 namespace {
@@ -724,11 +713,6 @@ TEST_CASE("2-rank shared-memory window: teardown with a late peer is bounded", "
   std::chrono::steady_clock::duration took{};
   std::size_t r = 0;
   {
-#if defined(POLYCOLL_TEST_LSAN)
-    // This window is left to MPI_Finalize on purpose (MPICH does not free it
-    // there); LeakSanitizer keeps checking every other allocation.
-    __lsan::ScopedDisabler deliberate_leak;
-#endif
     Mpi comm = world(o);
     r = comm.rank();
     std::vector<float> v(100, 1.0f);

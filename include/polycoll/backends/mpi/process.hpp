@@ -14,6 +14,8 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <mpi.h>
 
@@ -71,6 +73,13 @@ struct ProcessState {
   std::array<std::atomic<bool>, op_slots> ready{};
   std::array<MPI_Op, op_slots> ops{};
   SubmitLock serial;  // every MPI call, when the thread level is below MPI_THREAD_MULTIPLE
+  // The 2-rank shared-memory windows not yet freed (backends/mpi/shm.hpp), by
+  // id in creation order: those of communicators still alive at MPI_Finalize,
+  // and those whose two ranks did not meet at destruction. Both ranks of a
+  // window hold it here or neither does, so the finalize hook frees them all
+  // collectively, in the order both ranks created them.
+  std::uint64_t next_window = 0;
+  std::vector<std::pair<std::uint64_t, MPI_Win>> windows;
 };
 
 inline ProcessState& process() noexcept {
@@ -98,6 +107,8 @@ inline int on_finalize(MPI_Comm, int, void*, void*) {
   p.finalized.store(true, std::memory_order_release);
   release_ops();
   std::lock_guard lock(p.mutex);
+  for (auto& [id, win] : p.windows) MPI_Win_free(&win);
+  p.windows.clear();
   if (p.keyval != MPI_KEYVAL_INVALID) MPI_Comm_free_keyval(&p.keyval);
   p.keyval = MPI_KEYVAL_INVALID;
   return MPI_SUCCESS;

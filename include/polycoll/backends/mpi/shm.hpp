@@ -48,7 +48,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <vector>
 
 #include <mpi.h>
 
@@ -137,7 +139,7 @@ class PairShm {
       // unmaps it.
       state_ = State::unavailable;  // if the barrier fails, the window is left to MPI_Finalize
       if (const int rc = MPI_Barrier(comm); rc != MPI_SUCCESS) return rc;
-      MPI_Win_free(&win_);
+      free_window();
     }
     rank_ = rank;
     comm_ = comm;
@@ -164,8 +166,9 @@ class PairShm {
   }
 
   /// Frees the window, collectively with the peer, if the peer comes to free
-  /// it within `bound`; otherwise leaves it to MPI_Finalize (the drop
-  /// contract: never block past the bound) and returns false. Call only while
+  /// it within `bound`; otherwise leaves it to MPI_Finalize, where polycoll's
+  /// finalize hook frees it on both ranks (the drop contract: never block past
+  /// the bound), and returns false. Call only while
   /// MPI is usable, after the last all_reduce on this rank.
   bool release(std::chrono::milliseconds bound) noexcept {
     if (state_ != State::ready) return true;
@@ -188,8 +191,8 @@ class PairShm {
       std::uint32_t expected = 1;
       both = !word.compare_exchange_strong(expected, abandoned, std::memory_order_acq_rel);
     }
-    if (!both) return false;
-    MPI_Win_free(&win_);
+    if (!both) return false;  // both ranks keep it registered: the finalize hook frees it
+    free_window();
     return true;
   }
 
@@ -226,7 +229,8 @@ class PairShm {
     if (info != MPI_INFO_NULL) MPI_Info_free(&info);
     int ok[2] = {rc == MPI_SUCCESS ? 1 : 0, 0};  // window created here; usable here
     if (rc != MPI_SUCCESS) win_ = MPI_WIN_NULL;
-    if (ok[0] != 0) {
+    // The finalize hook must be there to free it (process.hpp).
+    if (ok[0] != 0 && install_hook() == MPI_SUCCESS) {
       int* model = nullptr;
       int flag = 0;
       MPI_Aint peer_size = 0;
@@ -254,10 +258,29 @@ class PairShm {
       state_ = State::unavailable;
       return MPI_SUCCESS;
     }
+    // Registered for the finalize hook (process.hpp), which frees it with the
+    // peer if this communicator outlives MPI_Finalize.
+    {
+      auto& p = process();
+      std::lock_guard lock(p.mutex);
+      id_ = p.next_window++;
+      p.windows.emplace_back(id_, win_);
+    }
     set_bytes_ = set_bytes;
     seq_ = 0;
     state_ = State::ready;
     return MPI_SUCCESS;
+  }
+
+  // Frees the window collectively (the peer is freeing it in the same call)
+  // and takes it off the finalize hook's list.
+  void free_window() noexcept {
+    {
+      auto& p = process();
+      std::lock_guard lock(p.mutex);
+      std::erase_if(p.windows, [this](const auto& e) { return e.first == id_; });
+    }
+    MPI_Win_free(&win_);
   }
 
   // Waits for the peer's counter to reach call q. Past the first polls it
@@ -351,6 +374,7 @@ class PairShm {
 
   MPI_Win win_ = MPI_WIN_NULL;
   MPI_Comm comm_ = MPI_COMM_NULL;  // the 2-rank dup (not owned)
+  std::uint64_t id_ = 0;           // in the finalize hook's list
   std::byte* mine_ = nullptr;
   std::byte* peer_ = nullptr;
   std::size_t set_bytes_ = 0;
