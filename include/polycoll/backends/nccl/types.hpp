@@ -5,6 +5,8 @@
 //   C64 / C128   Sum, Avg      as pairs of F32 / F64 (element-wise, so exact)
 //   Bool         Sum/Max, Prod/Min as U8 max / min (bools are 0 or 1)
 //   I16 / U16    moved as bytes; NCCL has no 16-bit integer type, so no reductions
+//   F8E4M3 / F8E5M2  every op but Avg: NCCL rejects ncclAvg on its fp8 types
+//                (ncclInvalidArgument at the call, which leaves the communicator in error)
 // Internal to backends/nccl.hpp.
 
 #include <concepts>
@@ -25,6 +27,7 @@ enum class Reduce : std::uint8_t {
   native,        ///< every op valid for the DType, with NCCL's own op
   complex_pair,  ///< Sum and Avg element-wise on the real type; Prod is not element-wise
   bool_as_u8,    ///< or = max, and = min on 0/1 bytes
+  no_avg,        ///< NCCL's own ops except ncclAvg, which NCCL refuses for the type
 };
 
 /// One specialisation per DType: `type` (the NCCL datatype), `scale` (NCCL
@@ -45,8 +48,8 @@ POLYCOLL_NCCL_TYPE(F64, ncclFloat64, 1, native);
 POLYCOLL_NCCL_TYPE(F32, ncclFloat32, 1, native);
 POLYCOLL_NCCL_TYPE(F16, ncclFloat16, 1, native);
 POLYCOLL_NCCL_TYPE(BF16, ncclBfloat16, 1, native);
-POLYCOLL_NCCL_TYPE(F8E4M3, ncclFloat8e4m3, 1, native);  // reductions need sm_90 or newer (NCCL's rule)
-POLYCOLL_NCCL_TYPE(F8E5M2, ncclFloat8e5m2, 1, native);
+POLYCOLL_NCCL_TYPE(F8E4M3, ncclFloat8e4m3, 1, no_avg);  // reductions need sm_90 or newer (NCCL's rule)
+POLYCOLL_NCCL_TYPE(F8E5M2, ncclFloat8e5m2, 1, no_avg);
 POLYCOLL_NCCL_TYPE(I64, ncclInt64, 1, native);
 POLYCOLL_NCCL_TYPE(I32, ncclInt32, 1, native);
 POLYCOLL_NCCL_TYPE(I16, ncclUint8, 2, none);
@@ -99,6 +102,7 @@ inline constexpr bool reducible = [] {
   } else {
     switch (type_map<D>::reduce) {
       case Reduce::native: return true;
+      case Reduce::no_avg: return Op != ReduceOp::Avg;
       case Reduce::complex_pair: return Op == ReduceOp::Sum || Op == ReduceOp::Avg;
       case Reduce::bool_as_u8: return Op != ReduceOp::Avg;
       case Reduce::none: return false;
