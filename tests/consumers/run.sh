@@ -47,4 +47,47 @@ for o in "$@"; do sub_opts+=("${o/#-D/-Dpolycoll:}"); done
 meson setup "$work/meson_sub-build" "$work/meson_sub" --wrap-mode=nodownload "${sub_opts[@]}" >/dev/null
 ninja -C "$work/meson_sub-build" >/dev/null
 "$work/meson_sub-build/consumer"
-echo "all three consumers built and ran"
+
+# CUDA users compile .cu files with nvcc: the package's compile flags must be
+# ones nvcc accepts (it rejects -pthread). MPICH's own link flags (-Wl,...) are
+# not nvcc's, so the host compiler links, as CUDA builds usually do.
+nvcc=$(command -v nvcc || true)
+[ -n "$nvcc" ] || nvcc=$(ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [ -n "$nvcc" ]; then
+  echo "== nvcc: a .cu file compiled with nvcc \$(pkg-config --cflags polycoll)"
+  cuda_lib=$(dirname "$(dirname "$nvcc")")/lib64
+  read -r -a cflags <<<"$(PKG_CONFIG_PATH="$pc_dir" pkg-config --cflags polycoll)"
+  read -r -a libs <<<"$(PKG_CONFIG_PATH="$pc_dir" pkg-config --libs polycoll)"
+  "$nvcc" "${cflags[@]}" -c "$src/tests/consumers/nvcc_consumer.cu" -o "$work/nvcc_consumer.o"
+  c++ "$work/nvcc_consumer.o" -o "$work/nvcc_consumer" "${libs[@]}" -L"$cuda_lib" -lcudart -Wl,-rpath,"$cuda_lib"
+  "$work/nvcc_consumer"
+else
+  echo "== nvcc: not found; the CUDA consumer is not built"
+fi
+
+# Built with the tl-expected fallback subproject (no system libexpected-dev),
+# the installation must carry <tl/expected.hpp>: its headers include it. The
+# subproject is made from the system's header and polycoll's packagefile, in a
+# copy of the source tree (the wrap cannot download here).
+if [ -f /usr/include/tl/expected.hpp ]; then
+  echo "== the tl-expected fallback installs its header"
+  copy=$work/fallback-src
+  mkdir -p "$copy/subprojects/tl-expected/include/tl"
+  mkdir -p "$copy/tests"
+  cp -r "$src/meson.build" "$src/meson_options.txt" "$src/include" "$src/cmake" "$src/docs" "$copy/"
+  cp "$src/tests/doxygen_check.py" "$copy/tests/"
+  cp -r "$src/subprojects/packagefiles" "$src/subprojects/tl-expected.wrap" "$copy/subprojects/"
+  cp "$src/subprojects/packagefiles/tl-expected/meson.build" "$copy/subprojects/tl-expected/"
+  cp /usr/include/tl/expected.hpp "$copy/subprojects/tl-expected/include/tl/"
+  meson setup "$work/fallback" "$copy" --prefix="$work/fallback-prefix" --wrap-mode=nodownload \
+    --force-fallback-for=tl-expected -Dtests=false -Dbenchmarks=false "$@" >/dev/null
+  meson install -C "$work/fallback" --quiet
+  test -f "$work/fallback-prefix/include/tl/expected.hpp"
+  grep -q 'POLYCOLL_EXPECTED_INSTALLED' "$src/cmake/polycollConfig.cmake.in"
+  if grep -q 'find_dependency(tl-expected)' "$(find "$work/fallback-prefix" -name polycollConfig.cmake)" &&
+    ! grep -q 'if(NOT TRUE)' "$(find "$work/fallback-prefix" -name polycollConfig.cmake)"; then
+    echo "the fallback build's CMake package still requires the system tl-expected"
+    exit 1
+  fi
+fi
+echo "all consumers built and ran"
