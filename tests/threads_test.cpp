@@ -73,6 +73,70 @@ TEST_CASE("create(0) and moved-from communicators are errors, not crashes", "[th
   CHECK(a.all_reduce(std::span<float>(v), polycoll::sum));
 }
 
+// bf16 has 8 significant bits: 1 + 1 + 516 is 520 in rank order (2 + 516 =
+// 518 ties to even 520) and 516 in any order that starts with 516 or adds a 1
+// to it first (517 rounds to 516). So every element says which order folded it.
+TEST_CASE("reductions fold in rank order at every size and element position", "[threads][order]") {
+  const auto value = [](std::size_t r, std::size_t i) { return bf16(i % 3 == r ? 516.0f : 1.0f); };
+  const auto want = [](std::size_t i) { return i % 3 == 2 ? 520.0f : 516.0f; };
+  auto check = [&](const bf16* got, std::size_t first, std::size_t len, const std::string& what) {
+    std::size_t bad = 0, first_bad = 0;
+    for (std::size_t i = 0; i < len; ++i) {
+      if (static_cast<float>(got[i]) != want(first + i) && bad++ == 0) first_bad = i;
+    }
+    INFO(what << ": " << bad << " of " << len << " elements wrong, first at " << first_bad << ": "
+              << (bad ? static_cast<float>(got[first_bad]) : 0.0f) << " instead of " << want(first + first_bad));
+    CHECK(bad == 0);
+  };
+  // Below and above the 16 KiB latency-path limit (per rank for all_reduce,
+  // for the whole send buffer for reduce_scatter); reduce has one path.
+  for (std::size_t count : {std::size_t{3}, std::size_t{1000}, std::size_t{8191}, std::size_t{20000},
+                            std::size_t{300001}}) {
+    const std::size_t block = count / 3 + 1;
+    std::vector<std::vector<bf16>> ar(3), rs_send(3), rs_out(3), rs_inplace(3), red(3), red_out(3), red_ip(3),
+        red_ip_out(3);
+    std::vector<std::string> errors(3);
+    const Status s = Threads::run(3, [&](Threads& comm) {
+      const std::size_t r = comm.rank();
+      auto fill = [&](std::vector<bf16>& v, std::size_t len) {
+        v.resize(len);
+        for (std::size_t i = 0; i < len; ++i) v[i] = value(r, i);
+      };
+      auto ok = [&](const Status& st) {
+        if (!st) errors[r] += st.error().message + "\n";
+      };
+      fill(ar[r], count);
+      ok(comm.all_reduce(std::span<bf16>(ar[r]), polycoll::sum));
+      fill(rs_send[r], 3 * block);
+      rs_out[r].resize(block);
+      ok(comm.reduce_scatter(rs_send[r], rs_out[r], polycoll::sum));
+      fill(rs_inplace[r], 3 * block);
+      ok(comm.reduce_scatter(detail::to_address(rs_inplace[r].data()),
+                             detail::to_address(rs_inplace[r].data() + r * block), block, DType::BF16,
+                             ReduceOp::Sum));
+      for (std::size_t root = 0; root < 3; ++root) {
+        fill(red[r], count);
+        if (r == root) red_out[root].assign(count, bf16(0.0f));
+        ok(comm.reduce(red[r], r == root ? std::span<bf16>(red_out[root]) : std::span<bf16>(), polycoll::sum, root));
+        fill(red_ip[r], count);  // in place on the root: its recv is its send
+        ok(comm.reduce(red_ip[r], r == root ? std::span<bf16>(red_ip[r]) : std::span<bf16>(), polycoll::sum, root));
+        if (r == root) red_ip_out[root] = red_ip[r];
+      }
+    });
+    REQUIRE(s);
+    for (std::size_t r = 0; r < 3; ++r) {
+      INFO("rank " << r << ": " << errors[r]);
+      REQUIRE(errors[r].empty());
+      const std::string at = " count " + std::to_string(count) + " rank " + std::to_string(r);
+      check(ar[r].data(), 0, count, "all_reduce" + at);
+      check(rs_out[r].data(), r * block, block, "reduce_scatter" + at);
+      check(rs_inplace[r].data() + r * block, r * block, block, "in-place reduce_scatter" + at);
+      check(red_out[r].data(), 0, count, "reduce to root" + at);
+      check(red_ip_out[r].data(), 0, count, "in-place reduce to root" + at);
+    }
+  }
+}
+
 TEST_CASE("a rank that never arrives: the others time out, naming it and the call", "[threads][timeout]") {
   Options o;
   o.op_timeout = 100ms;

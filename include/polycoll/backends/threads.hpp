@@ -8,7 +8,9 @@
 /// slot, one barrier, then every rank reads its peers' slots. Large messages
 /// are reduced in place: each rank reduces its own slice reading every peer's
 /// buffer directly (reduce-scatter), a barrier, then each rank copies the other
-/// slices from their owners (all-gather). send/recv are matched by (src, tag)
+/// slices from their owners (all-gather). On both paths every element is
+/// folded in rank order 0, 1, ..., n-1, so results do not depend on the size
+/// or the element's position. send/recv are matched by (src, tag)
 /// in order; the second of a matching pair to be posted does the copy, and
 /// sync() waits for this rank's operations to complete. See docs/backends.md.
 
@@ -418,12 +420,10 @@ class Threads : public Communicator<Threads> {
     }
     m.send = send;
     if (auto s = arrive(c->call, dl); !s) return s;
-    // Own contribution first, so that an in-place recv (= send + rank*count) is source 0.
-    src[0] = send + rank_ * count;
-    for (std::size_t q = 0, j = 1; q < n; ++q) {
-      if (q != rank_) src[j++] = static_cast<const T*>(peer(q).send) + rank_ * count;
-    }
-    kernels::combine_n(d, o, recv, src.data(), n, count, n);  // an in-place recv is exactly src[0]
+    // In rank order, as on the latency path; an in-place recv (= send +
+    // rank*count) is exactly source rank_, which combine_n allows.
+    for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + rank_ * count;
+    kernels::combine_n(d, o, recv, src.data(), n, count, n);
     return phase(c->call, dl);
   }
 
@@ -499,15 +499,12 @@ class Threads : public Communicator<Threads> {
     m.send = send;
     m.recv = recv;
     if (auto s = arrive(c->call, dl); !s) return s;
-    // This rank's slice of the result, written into the root's recv; the
-    // root's contribution is source 0, since in place it IS the destination.
+    // This rank's slice of the result, folded in rank order straight into the
+    // root's recv; in place that is exactly source `root`, which combine_n allows.
     const auto [lo, hi] = slice(count, sizeof(T), rank_);
     if (hi > lo) {
       detail::threads::Sources<T> src(n);
-      src[0] = static_cast<const T*>(peer(root).send) + lo;
-      for (std::size_t q = 0, j = 1; q < n; ++q) {
-        if (q != root) src[j++] = static_cast<const T*>(peer(q).send) + lo;
-      }
+      for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + lo;
       kernels::combine_n(d, o, static_cast<T*>(peer(root).recv) + lo, src.data(), n, hi - lo, n);
     }
     return phase(c->call, dl);
@@ -637,17 +634,16 @@ class Threads : public Communicator<Threads> {
     return {};
   }
 
-  // Reduces this rank's slice of the in-place all_reduce: own buffer first (it is the destination).
+  // Reduces this rank's slice of the in-place all_reduce in rank order, like
+  // the latency path, so that every element of every size is folded
+  // 0, 1, ..., n-1; the destination is exactly source rank_ (combine_n allows it).
   template <DType D, ReduceOp Op, class T, class PeerBuf>
   void reduce_own_slice(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count, PeerBuf peer_buf) {
     const std::size_t n = world_->n;
     const auto [lo, hi] = slice(count, sizeof(T), rank_);
     if (hi <= lo) return;
     detail::threads::Sources<T> src(n);
-    src[0] = buf + lo;
-    for (std::size_t q = 0, j = 1; q < n; ++q) {
-      if (q != rank_) src[j++] = peer_buf(q) + lo;
-    }
+    for (std::size_t q = 0; q < n; ++q) src[q] = (q == rank_ ? buf : peer_buf(q)) + lo;
     kernels::combine_n(d, o, buf + lo, src.data(), n, hi - lo, n);
   }
 
