@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -658,8 +659,16 @@ class Communicator {
   /// Not virtual: a `Communicator<B>` is never deleted as such.
   ~Communicator() = default;
 
-  /// An Error about call `c` spelled with this rank, world and backend.
+  /// An Error about call `c` spelled with this rank, world and backend. On a
+  /// moved-from communicator (a backend that has that state says so through
+  /// `moved_from_impl()`) every error is that one: its world and rank are
+  /// placeholders, so a range or size complaint about them would mislead.
+  /// Checked here, on the error path only; calls that pass validation reach
+  /// the backend, which reports the moved-from state itself.
   [[nodiscard]] Error error(Errc code, const detail::CallDesc& c, std::string_view what, int native = 0) const {
+    if constexpr (requires(const Backend& b) { { b.moved_from_impl() } -> std::same_as<bool>; }) {
+      if (self().moved_from_impl()) return detail::moved_from_error(c, Backend::backend_name);
+    }
     return detail::call_error(code, c, rank(), world_size(), Backend::backend_name, what, native);
   }
 
