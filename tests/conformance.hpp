@@ -500,6 +500,93 @@ TEST_CASE("bad input is an Error naming call, arguments, rank and backend", "[co
   });
 }
 
+TEST_CASE("aliasing: exact in-place forms only; any partial overlap is invalid_argument naming the call",
+          "[conformance][errors][overlap]" POLYCOLL_TAG) {
+  each_world([](B& comm, Report& rep) {
+    const std::size_t w = comm.world_size(), r = comm.rank();
+    const std::string where = "of " + std::to_string(w) + " [" + std::string(B::backend_name) + "]";
+    // `call` is the described call the message must start with.
+    auto expect_overlap = [&](const Status& s, const std::string& call, const std::string& what) {
+      rep.expect(!s, what + " must fail");
+      if (s) return;
+      const std::string& m = s.error().message;
+      rep.expect(s.error().code == Errc::invalid_argument, what + ": wrong code " + std::string(to_string(s.error().code)));
+      rep.expect(m.rfind(call, 0) == 0, what + ": message does not start with '" + call + "': " + m);
+      rep.expect(m.find("overlap") != std::string::npos, what + ": message lacks 'overlap': " + m);
+      rep.expect(m.find(where) != std::string::npos, what + ": message lacks rank/world/backend: " + m);
+    };
+    // Every rank makes each failing call, so nobody is left in a collective;
+    // the root-only rules are exercised on the root alone (the others do not call).
+    // 4097 f32 per rank is above Threads' 16 KiB latency path at every world size,
+    // 7 below it.
+    for (std::size_t n : {std::size_t{7}, std::size_t{4097}}) {
+      const std::size_t e = sizeof(float);
+      Buf<float> big(n * w + n);
+      const std::uint64_t a = big.address();
+      const std::string cnt = "(count=" + std::to_string(n) + ", dtype=f32";
+      const std::string ag = "all_gather" + cnt + ")", rs = "reduce_scatter" + cnt + ", op=sum)";
+      // all_gather: send may be exactly this rank's block of recv, nothing else.
+      expect_overlap(comm.all_gather(a + e, a, n, DType::F32), ag, "all_gather send one element into recv");
+      expect_overlap(comm.all_gather(a + (n * w - 1) * e, a, n, DType::F32), ag,
+                     "all_gather send over the end of recv");
+      expect_overlap(comm.all_gather(a, a + e, n, DType::F32), ag, "all_gather recv one element into send");
+      if (w > 1) {
+        expect_overlap(comm.all_gather(a + ((r + 1) % w) * n * e, a, n, DType::F32), ag,
+                       "all_gather send = another rank's block of recv");
+      }
+      // reduce_scatter: recv may be exactly this rank's block of send, nothing else.
+      expect_overlap(comm.reduce_scatter(a, a + e, n, DType::F32, ReduceOp::Sum), rs,
+                     "reduce_scatter recv one element into send");
+      expect_overlap(comm.reduce_scatter(a, a + (n * w - 1) * e, n, DType::F32, ReduceOp::Sum), rs,
+                     "reduce_scatter recv over the end of send");
+      if (w > 1) {
+        // The reported case: recv = send + ((rank + 1) % world) * count.
+        expect_overlap(comm.reduce_scatter(a, a + ((r + 1) % w) * n * e, n, DType::F32, ReduceOp::Sum), rs,
+                       "reduce_scatter recv = another rank's block of send");
+      }
+      if constexpr (Fx::host_memory) {
+        std::vector<float> v(n * w + 1, 1.0f);
+        const std::span<float> all(v.data(), n * w), shifted(v.data() + 1, n);
+        expect_overlap(comm.reduce_scatter(all, shifted, polycoll::sum), rs, "typed reduce_scatter, op tag");
+        expect_overlap(comm.reduce_scatter(all, shifted, ReduceOp::Sum), rs, "typed reduce_scatter, run-time op");
+        expect_overlap(comm.all_gather(std::span<const float>(v.data() + 1, n), all), ag, "typed all_gather");
+      }
+      // all_to_all has no in-place form: even the same address is an overlap.
+      const std::string aa = "all_to_all" + cnt + ")";
+      expect_overlap(comm.all_to_all(a, a, n, DType::F32), aa, "all_to_all send == recv");
+      expect_overlap(comm.all_to_all(a, a + e, n, DType::F32), aa, "all_to_all recv one element into send");
+      // Rooted calls, root w - 1: the root checks its root-only buffer.
+      const std::size_t root = w - 1;
+      const std::string rt = ", root=" + std::to_string(root) + ")";
+      if (r == root) {
+        expect_overlap(comm.reduce(a, a + e, n, DType::F32, ReduceOp::Sum, root), "reduce" + cnt + ", op=sum" + rt,
+                       "reduce recv one element into send");
+        expect_overlap(comm.gather(a + (root * n + 1) * e, a, n, DType::F32, root), "gather" + cnt + rt,
+                       "gather send one element past the root's block");
+        expect_overlap(comm.scatter(a, a + (root * n + 1) * e, n, DType::F32, root), "scatter" + cnt + rt,
+                       "scatter recv one element past the root's block");
+        if (w > 1) {
+          expect_overlap(comm.gather(a, a, n, DType::F32, root), "gather" + cnt + rt,
+                         "gather send = another rank's block of recv");
+          expect_overlap(comm.scatter(a, a, n, DType::F32, root), "scatter" + cnt + rt,
+                         "scatter recv = another rank's block of send");
+        }
+      }
+      rep.expect_ok(comm.barrier(), "barrier after the rejected calls");
+      // The exact in-place forms are accepted (their values: the collectives' own tests).
+      std::vector<float> ones(n * w, 1.0f);
+      const std::uint64_t o = detail::to_address(ones.data());
+      if constexpr (Fx::host_memory) {
+        rep.expect_ok(comm.reduce_scatter(o, o + r * n * e, n, DType::F32, ReduceOp::Sum), "in-place reduce_scatter");
+        rep.expect_ok(comm.all_gather(o + r * n * e, o, n, DType::F32), "in-place all_gather");
+        rep.expect_ok(comm.sync(), "sync after the in-place forms");
+        rep.expect(ones[r * n] == static_cast<float>(w) && ones[n * w - 1] == static_cast<float>(w),
+                   "in-place reduce_scatter then all_gather values");
+      }
+    }
+  });
+}
+
 }  // namespace polycoll::test::conformance
 
 // Part two: reduce, gather, scatter, all_to_all, v-variants, send_recv, groups.

@@ -66,8 +66,15 @@ TEST_CASE("each bad argument is rejected before the backend runs", "[frontend][e
   require_error(comm.all_gather(a, 0, 3, DType::U8), Errc::invalid_argument, "recv buffer is null");
   require_error(comm.reduce_scatter(a, a, huge, DType::U8, ReduceOp::Max), Errc::invalid_argument,
                 "send buffer size overflows");
-  require_error(comm.reduce_scatter(a, a, 2, DType::C128, ReduceOp::Max), Errc::invalid_argument,
+  // recv is rank 3's block of send (in place), so only the op is wrong.
+  require_error(comm.reduce_scatter(a, a + 3 * 2 * 16, 2, DType::C128, ReduceOp::Max), Errc::invalid_argument,
                 "op max is not defined for dtype c128");
+  // Aliasing: only the exact in-place block; rank 3's neighbour block or a shifted one is rejected.
+  require_error(comm.reduce_scatter(a, a + 2 * 2 * 16, 2, DType::C128, ReduceOp::Sum), Errc::invalid_argument,
+                "reduce_scatter(count=2, dtype=c128, op=sum) on rank 3 of 4 [recorder]: recv buffer and send buffer "
+                "overlap (other than in the documented in-place form)");
+  require_error(comm.all_gather(a + 8, a, 2, DType::F64), Errc::invalid_argument,
+                "all_gather(count=2, dtype=f64) on rank 3 of 4 [recorder]: send buffer and recv buffer overlap");
   require_error(comm.send(a, 1, DType::F32, 9, 5), Errc::invalid_argument,
                 "send(count=1, dtype=f32, dest=9, tag=5) on rank 3 of 4 [recorder]: dest 9 out of range");
   require_error(comm.recv(a, 1, DType::F32, 4, 5), Errc::invalid_argument,
@@ -83,6 +90,10 @@ TEST_CASE("each bad argument is rejected before the backend runs", "[frontend][e
   CHECK(comm.all_reduce(0, 0, DType::F32, ReduceOp::Sum));
   CHECK(comm.all_gather(0, 0, 0, DType::F32));
   CHECK(comm.records.size() == 2);
+  // The in-place forms reach the backend.
+  CHECK(comm.all_gather(a + 3 * 2 * 8, a, 2, DType::F64));
+  CHECK(comm.reduce_scatter(a, a + 3 * 2 * 8, 2, DType::F64, ReduceOp::Sum));
+  CHECK(comm.records.size() == 4);
 }
 
 TEST_CASE("typed surface: op tags, spans and ranges", "[frontend][typed]") {

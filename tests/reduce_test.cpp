@@ -319,12 +319,19 @@ TEST_CASE("combine_n matches a left fold of the reference for every valid (dtype
         CHECK(d.first == 0);
         CHECK(d.guard_ok);
 
-        auto in_place = copy_of(src[0]);  // dst == srcs[0]
-        ptrs[0] = in_place.data();
-        kn::combine_n(dt, op, in_place.data(), ptrs.data(), k, n, divisor);
-        d = compare<D>(in_place, want, src[0][n]);
-        CHECK(d.mismatches == 0);
-        CHECK(d.guard_ok);
+        // dst == srcs[a] exactly, at every position a (an in-place fold in
+        // rank order has it at the caller's rank), including the positions a
+        // later pass of the blocked fold reads (a >= 4).
+        for (std::size_t a = 0; a < k; ++a) {
+          INFO("dst == srcs[" << a << "]");
+          auto in_place = copy_of(src[a]);
+          ptrs[a] = in_place.data();
+          kn::combine_n(dt, op, in_place.data(), ptrs.data(), k, n, divisor);
+          ptrs[a] = src[a].data();
+          d = compare<D>(in_place, want, src[a][n]);
+          CHECK(d.mismatches == 0);
+          CHECK(d.guard_ok);
+        }
       }
 
       // The contract in one line: bit-identical to k-1 successive combine calls (and a divide for Avg).

@@ -73,45 +73,227 @@ TEST_CASE("create(0) and moved-from communicators are errors, not crashes", "[th
   CHECK(a.all_reduce(std::span<float>(v), polycoll::sum));
 }
 
-TEST_CASE("a rank that never arrives: the others time out, naming it and the call", "[threads][timeout]") {
-  Options o;
-  o.op_timeout = 100ms;
-  auto comms = make(3, o);
-  std::array<Status, 2> results;
-  std::array<double, 2> elapsed{};
-  std::vector<std::thread> ts;
-  for (std::size_t r = 0; r < 2; ++r) {
-    ts.emplace_back([&, r] {
-      std::vector<float> v(1000, 1.0f);
-      const auto t0 = Clock::now();
-      results[r] = comms[r].all_reduce(std::span<float>(v), polycoll::sum);
-      elapsed[r] = ms_since(t0);
+TEST_CASE("every call on a moved-from communicator names the moved-from state", "[threads][errors]") {
+  auto comms = make(2);
+  Threads a = std::move(comms[0]);
+  Threads& moved = comms[0];
+  std::array<float, 8> v{};
+  const std::uint64_t p = detail::to_address(v.data());
+  std::vector<std::size_t> counts(2, 1);
+  // Arguments valid for the world of 2 it came from: a moved-from communicator
+  // reports world 1, so range and size checks would otherwise complain first.
+  const std::vector<std::pair<const char*, Status>> calls = {
+      {"send(dest=1)", moved.send(p, 1, DType::F32, 1, 0)},
+      {"recv(src=1)", moved.recv(p, 1, DType::F32, 1, 0)},
+      {"broadcast(root=1)", moved.broadcast(p, 1, DType::F32, 1)},
+      {"reduce(root=1)", moved.reduce(p, p + 4, 1, DType::F32, ReduceOp::Sum, 1)},
+      {"gather(root=1)", moved.gather(p, p + 16, 1, DType::F32, 1)},
+      {"scatter(root=1)", moved.scatter(p, p + 16, 1, DType::F32, 1)},
+      {"all_gather_v(2 counts)", moved.all_gather_v(p, 1, p + 16, counts, {}, DType::F32)},
+      {"all_to_all_v(2 counts)", moved.all_to_all_v(p, counts, {}, p + 16, counts, {}, DType::F32)},
+      {"send_recv(dest=1)", moved.send_recv(p, 1, 1, p + 16, 1, 1, DType::F32, 0)},
+      {"all_reduce", moved.all_reduce(p, 2, DType::F32, ReduceOp::Sum)},
+      {"all_reduce min on c64", moved.all_reduce(p, 2, DType::C64, ReduceOp::Min)},
+      {"all_gather", moved.all_gather(p, p + 16, 1, DType::F32)},
+      {"reduce_scatter", moved.reduce_scatter(p, p + 16, 1, DType::F32, ReduceOp::Sum)},
+      {"all_to_all", moved.all_to_all(p, p + 16, 1, DType::F32)},
+      {"group_start", moved.group_start()},
+      {"group_end", moved.group_end()},
+      {"sync", moved.sync()},
+      {"barrier", moved.barrier()},
+      {"typed send(dest=1)", moved.send(std::span<const float>(v), 1, 0)},
+  };
+  for (const auto& [what, s] : calls) {
+    INFO(what);
+    REQUIRE_FALSE(s);
+    INFO(s.error().message);
+    CHECK(s.error().code == Errc::invalid_argument);
+    CHECK(s.error().message.find("moved-from communicator") != std::string::npos);
+    CHECK(s.error().message.find("out of range") == std::string::npos);
+  }
+  const auto sp = moved.split(0, 0);
+  REQUIRE_FALSE(sp);
+  CHECK(sp.error().message.find("moved-from communicator") != std::string::npos);
+}
+
+TEST_CASE("create() with a rank count whose sizes overflow is an error, not heap corruption", "[threads][errors]") {
+  for (std::size_t n : {SIZE_MAX, SIZE_MAX / 2, SIZE_MAX / 64, SIZE_MAX / 32768, SIZE_MAX / 65536 + 1,
+                        std::size_t{1} << 50}) {
+    INFO("n = " << n);
+    const auto c = Threads::create(n);
+    REQUIRE_FALSE(c);
+    INFO(c.error().message);
+    CHECK(c.error().code == Errc::invalid_argument);
+    CHECK(c.error().message.find("Threads::create(n=" + std::to_string(n) + ")") != std::string::npos);
+    CHECK(c.error().message.find("too many ranks") != std::string::npos);
+    const Status r = Threads::run(n, [](Threads&) {});
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::invalid_argument);
+  }
+  // Sizes that fit size_t but not memory are still "out of memory".
+  const auto big = Threads::create(std::size_t{1} << 40);
+  REQUIRE_FALSE(big);
+  CHECK(big.error().code == Errc::backend_failure);
+  CHECK(big.error().message.find("out of memory") != std::string::npos);
+  // And the world still works afterwards.
+  CHECK(Threads::run(2, [](Threads& comm) { (void)comm.barrier(); }));
+}
+
+TEST_CASE("run: a rank whose function throws is reported with its rank; the others get aborted, not terminate",
+          "[threads][errors][run]") {
+  for (std::size_t n : {2u, 3u, 4u}) {
+    INFO("world " << n);
+    std::vector<Status> seen(n);
+    const Status s = Threads::run(n, [&](Threads& comm) {
+      if (comm.rank() == 1) throw std::runtime_error("boom on purpose");
+      std::array<float, 4> v{};
+      seen[comm.rank()] = comm.all_reduce(std::span<float>(v), polycoll::sum);
     });
-  }
-  for (auto& t : ts) t.join();
-  WARN("all_reduce() with rank 2 absent, op_timeout 100 ms: ranks 0 and 1 returned after " << elapsed[0] << " and "
-                                                                                            << elapsed[1] << " ms");
-  for (std::size_t r = 0; r < 2; ++r) {
-    INFO("rank " << r);
-    REQUIRE_FALSE(results[r]);
-    const auto& e = results[r].error();
-    INFO(e.message);
-    // The first to expire reports the timeout; the other may see the abort it caused.
-    CHECK((e.code == Errc::timeout || e.code == Errc::aborted));
-    if (e.code == Errc::timeout) {
-      CHECK(e.message.find("waiting for rank(s) 2") != std::string::npos);
-      CHECK(e.message.find("#1 all_reduce(count=1000, dtype=f32, op=sum)") != std::string::npos);
-      CHECK(e.message.find("of 3 [threads]") != std::string::npos);
+    REQUIRE_FALSE(s);
+    INFO(s.error().message);
+    CHECK(s.error().code == Errc::aborted);
+    CHECK(s.error().message.find("Threads::run(n=" + std::to_string(n) + ")") != std::string::npos);
+    CHECK(s.error().message.find("rank 1 threw: boom on purpose") != std::string::npos);
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r == 1) continue;
+      INFO("rank " << r);
+      REQUIRE_FALSE(seen[r]);
+      INFO(seen[r].error().message);
+      CHECK(seen[r].error().code == Errc::aborted);
+      CHECK(seen[r].error().message.find("rank 1 threw: boom on purpose") != std::string::npos);
+      CHECK(seen[r].error().message.find("all_reduce(count=4, dtype=f32, op=sum) on rank " + std::to_string(r)) !=
+            std::string::npos);
     }
-    CHECK(elapsed[r] < 110.0 + 50.0);  // timeout + 10%, plus scheduling slack on 2 shared cores
-    CHECK(elapsed[r] >= 95.0 * (e.code == Errc::timeout ? 1 : 0));
   }
-  CHECK((results[0].error().code == Errc::timeout || results[1].error().code == Errc::timeout));
-  // The late rank finds the communicator aborted.
-  std::vector<float> v(1000);
-  const Status late = comms[2].all_reduce(std::span<float>(v), polycoll::sum);
-  REQUIRE_FALSE(late);
-  CHECK(late.error().code == Errc::aborted);
+  // Several ranks throwing, one not derived from std::exception: all named.
+  const Status s = Threads::run(3, [](Threads& comm) {
+    if (comm.rank() == 0) throw 42;
+    if (comm.rank() == 2) throw std::logic_error("second");
+    (void)comm.barrier();
+  });
+  REQUIRE_FALSE(s);
+  INFO(s.error().message);
+  CHECK(s.error().message.find("rank 0 threw an exception not derived from std::exception") != std::string::npos);
+  CHECK(s.error().message.find("rank 2 threw: second") != std::string::npos);
+}
+
+// bf16 has 8 significant bits: 1 + 1 + 516 is 520 in rank order (2 + 516 =
+// 518 ties to even 520) and 516 in any order that starts with 516 or adds a 1
+// to it first (517 rounds to 516). So every element says which order folded it.
+TEST_CASE("reductions fold in rank order at every size and element position", "[threads][order]") {
+  const auto value = [](std::size_t r, std::size_t i) { return bf16(i % 3 == r ? 516.0f : 1.0f); };
+  const auto want = [](std::size_t i) { return i % 3 == 2 ? 520.0f : 516.0f; };
+  auto check = [&](const bf16* got, std::size_t first, std::size_t len, const std::string& what) {
+    std::size_t bad = 0, first_bad = 0;
+    for (std::size_t i = 0; i < len; ++i) {
+      if (static_cast<float>(got[i]) != want(first + i) && bad++ == 0) first_bad = i;
+    }
+    INFO(what << ": " << bad << " of " << len << " elements wrong, first at " << first_bad << ": "
+              << (bad ? static_cast<float>(got[first_bad]) : 0.0f) << " instead of " << want(first + first_bad));
+    CHECK(bad == 0);
+  };
+  // Below and above the 16 KiB latency-path limit (per rank for all_reduce,
+  // for the whole send buffer for reduce_scatter); reduce has one path.
+  for (std::size_t count : {std::size_t{3}, std::size_t{1000}, std::size_t{8191}, std::size_t{20000},
+                            std::size_t{300001}}) {
+    const std::size_t block = count / 3 + 1;
+    std::vector<std::vector<bf16>> ar(3), rs_send(3), rs_out(3), rs_inplace(3), red(3), red_out(3), red_ip(3),
+        red_ip_out(3);
+    std::vector<std::string> errors(3);
+    const Status s = Threads::run(3, [&](Threads& comm) {
+      const std::size_t r = comm.rank();
+      auto fill = [&](std::vector<bf16>& v, std::size_t len) {
+        v.resize(len);
+        for (std::size_t i = 0; i < len; ++i) v[i] = value(r, i);
+      };
+      auto ok = [&](const Status& st) {
+        if (!st) errors[r] += st.error().message + "\n";
+      };
+      fill(ar[r], count);
+      ok(comm.all_reduce(std::span<bf16>(ar[r]), polycoll::sum));
+      fill(rs_send[r], 3 * block);
+      rs_out[r].resize(block);
+      ok(comm.reduce_scatter(rs_send[r], rs_out[r], polycoll::sum));
+      fill(rs_inplace[r], 3 * block);
+      ok(comm.reduce_scatter(detail::to_address(rs_inplace[r].data()),
+                             detail::to_address(rs_inplace[r].data() + r * block), block, DType::BF16,
+                             ReduceOp::Sum));
+      for (std::size_t root = 0; root < 3; ++root) {
+        fill(red[r], count);
+        if (r == root) red_out[root].assign(count, bf16(0.0f));
+        ok(comm.reduce(red[r], r == root ? std::span<bf16>(red_out[root]) : std::span<bf16>(), polycoll::sum, root));
+        fill(red_ip[r], count);  // in place on the root: its recv is its send
+        ok(comm.reduce(red_ip[r], r == root ? std::span<bf16>(red_ip[r]) : std::span<bf16>(), polycoll::sum, root));
+        if (r == root) red_ip_out[root] = red_ip[r];
+      }
+    });
+    REQUIRE(s);
+    for (std::size_t r = 0; r < 3; ++r) {
+      INFO("rank " << r << ": " << errors[r]);
+      REQUIRE(errors[r].empty());
+      const std::string at = " count " + std::to_string(count) + " rank " + std::to_string(r);
+      check(ar[r].data(), 0, count, "all_reduce" + at);
+      check(rs_out[r].data(), r * block, block, "reduce_scatter" + at);
+      check(rs_inplace[r].data() + r * block, r * block, block, "in-place reduce_scatter" + at);
+      check(red_out[r].data(), 0, count, "reduce to root" + at);
+      check(red_ip_out[r].data(), 0, count, "in-place reduce to root" + at);
+    }
+  }
+}
+
+TEST_CASE("a rank that never arrives: every waiter's error names it, the timeout and the call",
+          "[threads][timeout]") {
+  for (std::size_t n : {3u, 4u}) {
+    INFO("world " << n << ", rank " << n - 1 << " absent");
+    const std::size_t waiters = n - 1, absent = n - 1;
+    Options o;
+    o.op_timeout = 100ms;
+    auto comms = make(n, o);
+    std::vector<Status> results(waiters);
+    std::vector<double> elapsed(waiters);
+    std::vector<std::thread> ts;
+    for (std::size_t r = 0; r < waiters; ++r) {
+      ts.emplace_back([&, r] {
+        std::vector<float> v(1000, 1.0f);
+        // Staggered arrivals, so that usually only rank 0 expires and the others are aborted.
+        std::this_thread::sleep_for(r * 40ms);
+        const auto t0 = Clock::now();
+        results[r] = comms[r].all_reduce(std::span<float>(v), polycoll::sum);
+        elapsed[r] = ms_since(t0);
+      });
+    }
+    for (auto& t : ts) t.join();
+    const std::string rank_s = "rank(s) " + std::to_string(absent) + " to arrive";
+    const std::string call = "#1 all_reduce(count=1000, dtype=f32, op=sum)";
+    std::size_t timed_out = 0;
+    for (std::size_t r = 0; r < waiters; ++r) {
+      INFO("rank " << r << " returned after " << elapsed[r] << " ms");
+      REQUIRE_FALSE(results[r]);
+      const auto& e = results[r].error();
+      INFO(e.message);
+      // The first to expire reports Errc::timeout; the abort it causes wakes the
+      // others with Errc::aborted, and their message carries the same cause.
+      CHECK((e.code == Errc::timeout || e.code == Errc::aborted));
+      timed_out += e.code == Errc::timeout;
+      CHECK(e.message.rfind(call + " on rank " + std::to_string(r) + " of " + std::to_string(n) + " [threads]", 0) == 0);
+      CHECK(e.message.find("timed out after 100 ms waiting for " + rank_s) != std::string::npos);
+      if (e.code == Errc::aborted) {
+        CHECK(e.message.find("the communicator was aborted: rank ") != std::string::npos);
+        CHECK(e.message.find(" in " + call) != std::string::npos);
+      }
+      CHECK(elapsed[r] < 110.0 + 50.0);  // timeout + 10%, plus scheduling slack on 2 shared cores
+      CHECK(elapsed[r] >= 95.0 * (e.code == Errc::timeout ? 1 : 0));
+    }
+    CHECK(timed_out >= 1);
+    WARN("world " << n << ": " << timed_out << " of " << waiters << " waiters timed out, the rest were aborted");
+    // The late rank finds the communicator aborted, and why.
+    std::vector<float> v(1000);
+    const Status late = comms[absent].all_reduce(std::span<float>(v), polycoll::sum);
+    REQUIRE_FALSE(late);
+    INFO(late.error().message);
+    CHECK(late.error().code == Errc::aborted);
+    CHECK(late.error().message.find("waiting for " + rank_s) != std::string::npos);
+  }
 }
 
 TEST_CASE("sync and barrier time out listing the pending operations", "[threads][timeout]") {

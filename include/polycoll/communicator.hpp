@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -132,6 +133,8 @@ class Communicator {
     const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, dtype);
     if (auto s = check_buffer(c, send, count, dtype, 1, "send buffer"); !s) return s;
     if (auto s = check_buffer(c, recv, count, dtype, world_size(), "recv buffer"); !s) return s;
+    if (auto s = check_in_block(c, send, recv, count, world_size(), rank(), "send buffer", "recv buffer"); !s)
+      return s;
     return dispatch_movement(c, [&](auto d) {
       using T = typename decltype(d)::type;
       return self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
@@ -144,6 +147,8 @@ class Communicator {
     const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, dtype, op);
     if (auto s = check_buffer(c, send, count, dtype, world_size(), "send buffer"); !s) return s;
     if (auto s = check_buffer(c, recv, count, dtype, 1, "recv buffer"); !s) return s;
+    if (auto s = check_in_block(c, recv, send, count, world_size(), rank(), "recv buffer", "send buffer"); !s)
+      return s;
     return dispatch_reduction(c, [&](auto d, auto o) {
       using T = typename decltype(d)::type;
       return self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
@@ -453,6 +458,10 @@ class Communicator {
     if (auto st = check_buffer(c, detail::to_address(s.data()), r.size(), D, world_size(), "send buffer"); !st)
       return st;
     if (auto st = check_buffer(c, detail::to_address(r.data()), r.size(), D, 1, "recv buffer"); !st) return st;
+    if (auto st = check_in_block(c, detail::to_address(r.data()), detail::to_address(s.data()), r.size(), world_size(),
+                                 rank(), "recv buffer", "send buffer");
+        !st)
+      return st;
     return self().reduce_scatter_impl(dtype_tag<D>{}, op, s.data(), r.data(), r.size());
   }
 
@@ -650,8 +659,16 @@ class Communicator {
   /// Not virtual: a `Communicator<B>` is never deleted as such.
   ~Communicator() = default;
 
-  /// An Error about call `c` spelled with this rank, world and backend.
+  /// An Error about call `c` spelled with this rank, world and backend. On a
+  /// moved-from communicator (a backend that has that state says so through
+  /// `moved_from_impl()`) every error is that one: its world and rank are
+  /// placeholders, so a range or size complaint about them would mislead.
+  /// Checked here, on the error path only; calls that pass validation reach
+  /// the backend, which reports the moved-from state itself.
   [[nodiscard]] Error error(Errc code, const detail::CallDesc& c, std::string_view what, int native = 0) const {
+    if constexpr (requires(const Backend& b) { { b.moved_from_impl() } -> std::same_as<bool>; }) {
+      if (self().moved_from_impl()) return detail::moved_from_error(c, Backend::backend_name);
+    }
     return detail::call_error(code, c, rank(), world_size(), Backend::backend_name, what, native);
   }
 
@@ -739,21 +756,40 @@ class Communicator {
     if (auto s = check_buffer(c, local, count, c.dtype, 1, local_name); !s) return s;
     if (rank() != root) return {};
     if (auto s = check_buffer(c, at_root, count, c.dtype, blocks, root_name); !s) return s;
+    return check_in_block(c, local, at_root, count, blocks, blocks == 1 ? 0 : root, local_name, root_name);
+  }
+
+  // The aliasing rule of every two-buffer collective, in one place for every
+  // backend: `part` (count elements) and `whole` (count x blocks elements) are
+  // either disjoint or `part` is exactly block `own` of `whole` (the in-place
+  // form); any other overlap is Errc::invalid_argument. A backend reads its
+  // peers' blocks of `whole` while it writes `part`, so a partial overlap
+  // would corrupt data silently, and differently on each backend.
+  // Both sizes were checked by check_buffer, so the products cannot overflow.
+  [[gnu::always_inline]] Status check_in_block(const detail::CallDesc& c, std::uint64_t part, std::uint64_t whole,
+                                               std::size_t count, std::size_t blocks, std::size_t own,
+                                               const char* part_name, const char* whole_name) const {
     const std::size_t elem = is_known(c.dtype) ? size_of(c.dtype) : 1;
-    const std::uint64_t own = at_root + (blocks == 1 ? 0 : root * count * elem);
-    if (local == own) return {};
-    return check_disjoint(c, local, count * elem, at_root, count * blocks * elem);
+    if (count == 0 || part == whole + own * count * elem) return {};
+    return check_disjoint(c, part, count * elem, whole, count * blocks * elem, part_name, whole_name);
   }
 
   // Two byte ranges the call reads and writes must not overlap (apart from the
   // in-place forms the callers allow before asking).
-  Status check_disjoint(const detail::CallDesc& c, std::uint64_t a, std::size_t a_bytes, std::uint64_t b,
-                        std::size_t b_bytes) const {
+  [[gnu::always_inline]] Status check_disjoint(const detail::CallDesc& c, std::uint64_t a, std::size_t a_bytes,
+                                               std::uint64_t b, std::size_t b_bytes, const char* a_name = "send buffer",
+                                               const char* b_name = "recv buffer") const {
     if (a_bytes != 0 && b_bytes != 0 && a < b + b_bytes && b < a + a_bytes) [[unlikely]] {
-      return tl::unexpected(error(Errc::invalid_argument, c,
-                                  "send and recv buffers overlap (other than in the documented in-place form)"));
+      return overlap_error(c, a_name, b_name);
     }
     return {};
+  }
+
+  [[gnu::cold, gnu::noinline]] Status overlap_error(const detail::CallDesc& c, const char* a_name,
+                                                    const char* b_name) const {
+    return tl::unexpected(error(Errc::invalid_argument, c,
+                                detail::cat(a_name, " and ", b_name,
+                                            " overlap (other than in the documented in-place form)")));
   }
 
   // The counts and displacements of a v-collective; `extent` gets the

@@ -8,7 +8,9 @@
 /// slot, one barrier, then every rank reads its peers' slots. Large messages
 /// are reduced in place: each rank reduces its own slice reading every peer's
 /// buffer directly (reduce-scatter), a barrier, then each rank copies the other
-/// slices from their owners (all-gather). send/recv are matched by (src, tag)
+/// slices from their owners (all-gather). On both paths every element is
+/// folded in rank order 0, 1, ..., n-1, so results do not depend on the size
+/// or the element's position. send/recv are matched by (src, tag)
 /// in order; the second of a matching pair to be posted does the copy, and
 /// sync() waits for this rank's operations to complete. See docs/backends.md.
 
@@ -17,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -145,9 +148,24 @@ struct World {
   bool check;  // Options::check_consistency or POLYCOLL_CHECK=1
   unsigned spin;
   alignas(64) std::atomic<bool> aborted{false};
+  std::atomic<bool> abort_claimed{false};  // the first abort() wins and writes the cause
+  std::string abort_cause;                 // written once, before `aborted` is released
   std::unique_ptr<RankState[]> ranks;
   std::unique_ptr<std::byte[]> scratch;
 
+  /// Why a world of `size` ranks cannot be allocated, or nullptr. Every size
+  /// derived from the rank count is checked here, before any allocation:
+  /// `new RankState[size]` of an over-aligned type does not reliably throw
+  /// when size * sizeof(RankState) overflows (GCC 12 allocates a wrapped,
+  /// small block), and the scratch size would wrap silently.
+  static const char* too_large(std::size_t size) noexcept {
+    std::size_t bytes = 0;
+    if (__builtin_mul_overflow(size, sizeof(RankState), &bytes) || bytes > PTRDIFF_MAX) return "its rank states";
+    if (__builtin_mul_overflow(size, 2 * small_bytes, &bytes) || bytes > PTRDIFF_MAX) return "its scratch slots";
+    return nullptr;
+  }
+
+  /// Precondition: too_large(size) is nullptr.
   World(std::size_t size, Options opt)
       : n(size),
         options(opt),
@@ -168,8 +186,13 @@ struct World {
     return scratch.get() + (2 * r + parity) * small_bytes;
   }
 
-  // Everyone waiting anywhere in this world wakes up and returns Errc::aborted.
-  void abort() noexcept {
+  // Everyone waiting anywhere in this world wakes up and returns Errc::aborted,
+  // with `cause` in the message. Only the first abort records its cause (the
+  // later ones are consequences); it is written before `aborted` is released,
+  // so whoever sees `aborted` (acquire) may read it.
+  void abort(std::string&& cause) noexcept {
+    if (abort_claimed.exchange(true, std::memory_order_acq_rel)) return;
+    abort_cause = std::move(cause);
     aborted.store(true, std::memory_order_release);
     for (std::size_t r = 0; r < n; ++r) {
       for (Line& l : ranks[r].line) {
@@ -195,6 +218,12 @@ class Threads : public Communicator<Threads> {
   /// n communicators of one world, element r for rank r; hand each to its own thread.
   [[nodiscard]] static Result<std::vector<Threads>> create(std::size_t n, Options options = {}) {
     if (n == 0) return fail(Errc::invalid_argument, "Threads::create(n=0) [threads]: a world needs at least one rank");
+    if (const char* what = detail::threads::World::too_large(n);
+        what != nullptr || n > std::vector<Threads>().max_size()) [[unlikely]] {
+      return fail(Errc::invalid_argument, detail::cat("Threads::create(n=", n, ") [threads]: too many ranks: the size of ",
+                                                      what != nullptr ? what : "the communicator list",
+                                                      " overflows the address space"));
+    }
     try {
       auto world = std::make_shared<detail::threads::World>(n, options);
       std::vector<Threads> comms;
@@ -203,18 +232,60 @@ class Threads : public Communicator<Threads> {
       return comms;
     } catch (const std::bad_alloc&) {
       return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
+    } catch (const std::length_error&) {
+      return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
     }
   }
 
   /// Convenience: creates a world of n, runs `f(comm)` on n threads, joins them.
+  /// If `f` throws on a rank, the exception stops there: the world is aborted
+  /// (the other ranks' next blocking point returns Errc::aborted naming that
+  /// rank and the exception), and run returns Errc::aborted naming every rank
+  /// that threw. A thread that cannot be started aborts the world the same way.
+  /// The process is never terminated.
   template <class F>
   [[nodiscard]] static Status run(std::size_t n, F&& f, Options options = {}) {
     auto comms = create(n, options);
     if (!comms) return tl::unexpected(std::move(comms.error()));
+    // Held here too: f may move its communicator away and destroy it.
+    const std::shared_ptr<World> world = (*comms)[0].world_;
+    std::mutex failed_mutex;
+    std::string failed;  // "rank 1 threw: <what>; rank 3 threw: <what>"
+    auto fail_rank = [&](std::size_t r, std::string&& what) noexcept {
+      try {
+        std::string line = detail::cat("rank ", r, ' ', what);
+        world->abort(detail::cat("Threads::run: ", line));
+        std::lock_guard lock(failed_mutex);
+        failed += detail::cat(failed.empty() ? "" : "; ", line);
+      } catch (...) {
+        world->abort(std::string{});  // out of memory for the text: still stop the others
+      }
+    };
     std::vector<std::thread> threads;
-    threads.reserve(n);
-    for (auto& c : *comms) threads.emplace_back([&f, &c] { f(c); });
+    try {
+      threads.reserve(n);
+      for (std::size_t r = 0; r < n; ++r) {
+        threads.emplace_back([&f, &fail_rank, &comms, r] {
+          try {
+            f((*comms)[r]);
+          } catch (const std::exception& e) {
+            fail_rank(r, detail::cat("threw: ", e.what()));
+          } catch (...) {
+            fail_rank(r, "threw an exception not derived from std::exception");
+          }
+        });
+      }
+    } catch (const std::exception& e) {
+      // Ranks without a thread never arrive: abort so the started ones return.
+      fail_rank(threads.size(), detail::cat("could not be started: ", e.what()));
+    }
     for (auto& t : threads) t.join();
+    if (!failed.empty()) {
+      return fail(Errc::aborted,
+                  detail::cat("Threads::run(n=", n, ") [threads]: ", failed,
+                              "; the communicator was aborted, so the other ranks' blocking calls returned "
+                              "Errc::aborted"));
+    }
     return {};
   }
 
@@ -266,9 +337,7 @@ class Threads : public Communicator<Threads> {
     if (!world_) return tl::unexpected(moved_from(call));
     RankState& m = me();
     std::unique_lock lock(m.submit);
-    if (world_->aborted.load(std::memory_order_acquire)) {
-      return tl::unexpected(error(Errc::aborted, call, "the communicator was aborted after an earlier error"));
-    }
+    if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
     call.seq = ++m.seq;
     if (world_->check) m.current[next_parity()] = call;  // read by peers after the call's first phase
     return Collective{std::move(lock), call};
@@ -290,19 +359,19 @@ class Threads : public Communicator<Threads> {
           peer(q).line[p & 1].phase, [p](std::uint32_t v) { return detail::threads::reached(v, p); }, w.aborted,
           deadline, w.spin);
       if (r == detail::WaitResult::ready) continue;
-      if (r == detail::WaitResult::aborted) {
-        return tl::unexpected(error(Errc::aborted, call, "the communicator was aborted by another rank's error"));
-      }
+      if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
       std::string missing;
       for (std::size_t k = 0; k < w.n; ++k) {
         if (!detail::threads::reached(peer(k).line[p & 1].phase.load(std::memory_order_acquire), p)) {
           missing += detail::cat(missing.empty() ? "" : ", ", k);
         }
       }
-      const std::string what =
+      const std::string waited =
           detail::cat("timed out after ", w.options.op_timeout->count(), " ms waiting for rank(s) ", missing,
-                      " to arrive; pending: ", pending_text(&call), "; the communicator is aborted");
-      w.abort();
+                      " to arrive");
+      const std::string what =
+          detail::cat(waited, "; pending: ", pending_text(&call), "; the communicator is aborted");
+      w.abort(detail::cat("rank ", rank_, " ", waited, " in ", detail::describe(call)));
       return tl::unexpected(error(Errc::timeout, call, what));
     }
     return {};
@@ -418,12 +487,10 @@ class Threads : public Communicator<Threads> {
     }
     m.send = send;
     if (auto s = arrive(c->call, dl); !s) return s;
-    // Own contribution first, so that an in-place recv (= send + rank*count) is source 0.
-    src[0] = send + rank_ * count;
-    for (std::size_t q = 0, j = 1; q < n; ++q) {
-      if (q != rank_) src[j++] = static_cast<const T*>(peer(q).send) + rank_ * count;
-    }
-    kernels::combine_n(d, o, recv, src.data(), n, count, n);  // an in-place recv is exactly src[0]
+    // In rank order, as on the latency path; an in-place recv (= send +
+    // rank*count) is exactly source rank_, which combine_n allows.
+    for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + rank_ * count;
+    kernels::combine_n(d, o, recv, src.data(), n, count, n);
     return phase(c->call, dl);
   }
 
@@ -499,15 +566,12 @@ class Threads : public Communicator<Threads> {
     m.send = send;
     m.recv = recv;
     if (auto s = arrive(c->call, dl); !s) return s;
-    // This rank's slice of the result, written into the root's recv; the
-    // root's contribution is source 0, since in place it IS the destination.
+    // This rank's slice of the result, folded in rank order straight into the
+    // root's recv; in place that is exactly source `root`, which combine_n allows.
     const auto [lo, hi] = slice(count, sizeof(T), rank_);
     if (hi > lo) {
       detail::threads::Sources<T> src(n);
-      src[0] = static_cast<const T*>(peer(root).send) + lo;
-      for (std::size_t q = 0, j = 1; q < n; ++q) {
-        if (q != root) src[j++] = static_cast<const T*>(peer(q).send) + lo;
-      }
+      for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + lo;
       kernels::combine_n(d, o, static_cast<T*>(peer(root).recv) + lo, src.data(), n, hi - lo, n);
     }
     return phase(c->call, dl);
@@ -637,17 +701,16 @@ class Threads : public Communicator<Threads> {
     return {};
   }
 
-  // Reduces this rank's slice of the in-place all_reduce: own buffer first (it is the destination).
+  // Reduces this rank's slice of the in-place all_reduce in rank order, like
+  // the latency path, so that every element of every size is folded
+  // 0, 1, ..., n-1; the destination is exactly source rank_ (combine_n allows it).
   template <DType D, ReduceOp Op, class T, class PeerBuf>
   void reduce_own_slice(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count, PeerBuf peer_buf) {
     const std::size_t n = world_->n;
     const auto [lo, hi] = slice(count, sizeof(T), rank_);
     if (hi <= lo) return;
     detail::threads::Sources<T> src(n);
-    src[0] = buf + lo;
-    for (std::size_t q = 0, j = 1; q < n; ++q) {
-      if (q != rank_) src[j++] = peer_buf(q) + lo;
-    }
+    for (std::size_t q = 0; q < n; ++q) src[q] = (q == rank_ ? buf : peer_buf(q)) + lo;
     kernels::combine_n(d, o, buf + lo, src.data(), n, hi - lo, n);
   }
 
@@ -743,9 +806,11 @@ class Threads : public Communicator<Threads> {
         m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, dl, w.spin);
     if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
     if (r == detail::WaitResult::timeout) {
+      const std::string pending = pending_text(nullptr);
       const std::string what = detail::cat("timed out after ", w.options.op_timeout->count(), " ms; pending: ",
-                                           pending_text(nullptr), "; the communicator is aborted");
-      w.abort();
+                                           pending, "; the communicator is aborted");
+      w.abort(detail::cat("rank ", rank_, " timed out after ", w.options.op_timeout->count(), " ms in ",
+                          detail::describe(call), " with pending: ", pending));
       return tl::unexpected(error(Errc::timeout, call, what));
     }
     std::lock_guard g(m.error_mutex);
@@ -889,11 +954,14 @@ class Threads : public Communicator<Threads> {
     world_.reset();
   }
 
-  Error moved_from(const detail::CallDesc& call) const {
-    return detail::call_error(Errc::invalid_argument, call, 0, 0, backend_name, "moved-from communicator");
-  }
+  bool moved_from_impl() const noexcept { return !world_; }
+  Error moved_from(const detail::CallDesc& call) const { return detail::moved_from_error(call, backend_name); }
+  // Every rank that meets the abort, wherever it waits or whatever it calls
+  // next, gets the first cause: which rank timed out in which call waiting
+  // for whom, or which rank's function threw.
+  // Precondition: world_->aborted was seen set (acquire), so the cause is written.
   Error aborted_error(const detail::CallDesc& call) const {
-    return error(Errc::aborted, call, "the communicator was aborted after an earlier error");
+    return error(Errc::aborted, call, detail::cat("the communicator was aborted: ", world_->abort_cause));
   }
 
   std::shared_ptr<World> world_;

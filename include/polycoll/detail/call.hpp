@@ -172,4 +172,10 @@ inline Error call_error(Errc code, const CallDesc& c, std::size_t rank, std::siz
   return Error{code, cat(describe(c), where(rank, world, backend), ": ", what), native};
 }
 
+/// The error of every call on a moved-from communicator: it has no rank or
+/// world, so it names neither ("rank 0 of 0").
+inline Error moved_from_error(const CallDesc& c, std::string_view backend) {
+  return call_error(Errc::invalid_argument, c, 0, 0, backend, "moved-from communicator");
+}
+
 }  // namespace polycoll::detail

@@ -38,6 +38,7 @@
 #include <complex>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -337,14 +338,24 @@ void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::siz
   }
   // More sources than one loop fuses: fold them 4 at a time into one block of
   // dst, which stays in L1 between passes, so memory still sees every source
-  // read once and dst written once.
+  // read once and dst written once. When dst is a source that a later pass
+  // reads (index >= fuse), the block's first pass would overwrite it first:
+  // then the block is folded in an L1 buffer and copied to dst at the end.
   constexpr std::size_t block = fold_block_bytes / sizeof(lane);
+  bool late_alias = false;
+  for (std::size_t j = fuse; j < k; ++j) late_alias = late_alias || srcs[j] == dst;
+  // Raw storage (lanes are implicit-lifetime types): no initialisation cost
+  // when it is not used.
+  alignas(64) unsigned char staging[fold_block_bytes];
+  lane* const staged = reinterpret_cast<lane*>(staging);
   for (std::size_t off = 0; off < m; off += block) {
     const std::size_t len = m - off < block ? m - off : block;
-    run_pass<U, false, false>(fuse, out + off, srcs, off, len, d);
+    lane* const to = late_alias ? staged : out + off;
+    run_pass<U, false, false>(fuse, to, srcs, off, len, d);
     std::size_t j = fuse;
-    for (; k - j > fuse; j += fuse) run_pass<U, true, false>(fuse, out + off, srcs + j, off, len, d);
-    run_pass<U, true, Avg>(k - j, out + off, srcs + j, off, len, d);
+    for (; k - j > fuse; j += fuse) run_pass<U, true, false>(fuse, to, srcs + j, off, len, d);
+    run_pass<U, true, Avg>(k - j, to, srcs + j, off, len, d);
+    if (late_alias) std::memcpy(out + off, staged, len * sizeof(lane));
   }
 }
 
@@ -375,8 +386,10 @@ void combine(dtype_tag<D>, op_tag<Op>, typename dtype_tag<D>::type* dst, const t
 /// left to right with combine's rounding per step (bit-identical to k-1
 /// combine calls), then, for `Avg` only, divided by `divisor` (>= 1) as
 /// divide() does. The reduce-scatter hot path: each source is read once and
-/// dst written once, with no temporary. `dst` may be `srcs[0]` exactly and
-/// must not overlap any other source. `k == 0` leaves dst untouched.
+/// dst written once, with no temporary. `dst` may be exactly one of the
+/// sources, at any position (an in-place fold in rank order has it at the
+/// caller's rank), and must not otherwise overlap any source. `k == 0` leaves
+/// dst untouched.
 template <DType D, ReduceOp Op>
 void combine_n(dtype_tag<D>, op_tag<Op>, typename dtype_tag<D>::type* dst,
                const typename dtype_tag<D>::type* const* srcs, std::size_t k, std::size_t n,
