@@ -95,7 +95,8 @@ constexpr void check_element_type() {
 /// and provides `world_size_impl()`, `rank_impl()`, the `*_impl` operations
 /// taking `dtype_tag<D>` (and `op_tag<Op>` for reductions) with typed pointers,
 /// `sync_impl()`, `barrier_impl()`, `split_impl()`, and
-/// `static constexpr std::string_view backend_name`. See docs/design.md.
+/// `static constexpr std::string_view backend_name`; optionally
+/// `moved_from_impl()` (see error()). See docs/design.md.
 template <class Backend>
 class Communicator {
  public:
@@ -650,8 +651,17 @@ class Communicator {
   /// Not virtual: a `Communicator<B>` is never deleted as such.
   ~Communicator() = default;
 
-  /// An Error about call `c` spelled with this rank, world and backend.
+  /// An Error about call `c` spelled with this rank, world and backend. On a
+  /// backend that says it is moved-from (an optional `bool moved_from_impl()
+  /// const noexcept`), every error is that one, Errc::invalid_argument: its
+  /// world size and rank are placeholders, so a check against them (a peer
+  /// "out of range [0, 1)") would name the wrong cause.
   [[nodiscard]] Error error(Errc code, const detail::CallDesc& c, std::string_view what, int native = 0) const {
+    if constexpr (requires(const Backend& b) { b.moved_from_impl(); }) {
+      if (self().moved_from_impl()) [[unlikely]] {
+        return detail::call_error(Errc::invalid_argument, c, 0, 0, Backend::backend_name, "moved-from communicator");
+      }
+    }
     return detail::call_error(code, c, rank(), world_size(), Backend::backend_name, what, native);
   }
 

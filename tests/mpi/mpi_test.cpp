@@ -90,11 +90,76 @@ TEST_CASE("receives from one (src, tag) get its messages in posting order", "[mp
   REQUIRE(comm.send(two, next, 7));
   // Wait until the first message is here, then post the second receive: it
   // must not take the message that belongs to the first.
-  for (int here = 0; !here;) MPI_Iprobe(static_cast<int>(prev), 7, comm.native(), &here, MPI_STATUS_IGNORE);
+  // (polycoll's MPI tag carries the dtype: detail::mpi::wire_tag)
+  const int wire = detail::mpi::wire_tag(7, DType::I32);
+  for (int here = 0; !here;) MPI_Iprobe(static_cast<int>(prev), wire, comm.native(), &here, MPI_STATUS_IGNORE);
   REQUIRE(comm.recv(second, prev, 7));
   REQUIRE(comm.sync());
   CHECK(first[3] == 1);
   CHECK(second[3] == 2);
+  CHECK(comm.barrier());
+}
+
+// A receive matched by a message of another dtype is Errc::mismatch on the
+// receiving rank, as on Threads and NoOp, also when both dtypes have one size
+// (f32 -> i32, f16 -> bf16, f64 -> two f32 each), naming the call, peer, tag,
+// counts, dtypes, rank/world and backend; the receive's buffer is untouched
+// and the communicator still works. Receives of both dtypes on one (peer, tag)
+// each get the message of their own dtype.
+TEST_CASE("send/recv of another dtype is Errc::mismatch", "[mpi][p2p][errors]") {
+  Mpi comm = world();
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+  const std::string where = "on rank " + std::to_string(r) + " of " + std::to_string(w) + " [mpi]";
+  auto expect_mismatch = [&](const Status& s, const std::string& sent, const std::string& posted) {
+    REQUIRE_FALSE(s);
+    INFO(s.error().message);
+    CHECK(s.error().code == Errc::mismatch);
+    CHECK(contains(s.error().message, "recv("));
+    CHECK(contains(s.error().message, where));
+    CHECK(contains(s.error().message, "rank " + std::to_string(prev) + " sent " + sent + " with tag 11"));
+    CHECK(contains(s.error().message, "recv posted for " + posted));
+  };
+  {
+    const std::array<float, 4> out{1.5f, 2.5f, 3.5f, 4.5f};
+    std::array<std::int32_t, 4> in{-7, -7, -7, -7};
+    REQUIRE(comm.send(out, next, 11));
+    REQUIRE(comm.recv(in, prev, 11));
+    expect_mismatch(comm.sync(), "4 elements of f32", "4 elements of i32");
+    CHECK(in == (std::array<std::int32_t, 4>{-7, -7, -7, -7}));
+  }
+  // Between cases every rank's receive has failed: a rank ahead sends the next
+  // case's messages only after, and they cannot complete a receive still waiting.
+  REQUIRE(comm.barrier());
+  {
+    const std::array<f16, 3> out{f16(1.0f), f16(2.0f), f16(3.0f)};
+    std::array<bf16, 3> in{};
+    REQUIRE(comm.send(out, next, 11));
+    REQUIRE(comm.recv(in, prev, 11));
+    expect_mismatch(comm.sync(), "3 elements of f16", "3 elements of bf16");
+  }
+  REQUIRE(comm.barrier());
+  {
+    const std::array<double, 2> out{1.0, 2.0};
+    std::array<float, 4> in{};
+    REQUIRE(comm.send(out, next, 11));
+    REQUIRE(comm.recv(in, prev, 11));
+    expect_mismatch(comm.sync(), "2 elements of f64", "4 elements of f32");
+  }
+  REQUIRE(comm.barrier());
+  // Both dtypes on one (peer, tag), sent in the other order than received.
+  const std::array<std::int32_t, 2> ints{5, 6};
+  const std::array<float, 2> floats{0.25f, 0.5f};
+  std::array<float, 2> got_f{};
+  std::array<std::int32_t, 2> got_i{};
+  REQUIRE(comm.recv(got_f, prev, 11));
+  REQUIRE(comm.recv(got_i, prev, 11));
+  REQUIRE(comm.send(ints, next, 11));
+  REQUIRE(comm.send(floats, next, 11));
+  REQUIRE(comm.sync());
+  CHECK(got_f == floats);
+  CHECK(got_i == ints);
+  CHECK(comm.pending() == 0);
   CHECK(comm.barrier());
 }
 
@@ -191,6 +256,49 @@ TEST_CASE("bad input specific to MPI: tag above MPI_TAG_UB, count above INT_MAX"
   REQUIRE_FALSE(null);
   CHECK(null.error().code == Errc::invalid_argument);
   CHECK(comm.barrier());
+}
+
+// A moved-from Mpi has no world: each call is Errc::invalid_argument saying
+// so, including the ones whose peer, root or span size the front end checks
+// against the placeholder world of 1 (send(dest=1) said "dest 1 out of range
+// [0, 1)"). The peer and root are 1, out of that placeholder range.
+TEST_CASE("every call on a moved-from Mpi says it is moved-from", "[mpi][errors][moved]") {
+  Mpi a = world();
+  Mpi b(std::move(a));
+  std::vector<float> v(4), big(12);
+  std::vector<std::size_t> counts{4, 4, 4};
+  std::size_t bad = 0;
+  auto moved = [&](const Status& s, const char* call) {
+    const bool ok = !s && s.error().code == Errc::invalid_argument && contains(s.error().message, "moved-from") &&
+                    contains(s.error().message, "[mpi]") && !contains(s.error().message, "out of range");
+    if (!ok) {
+      ++bad;
+      UNSCOPED_INFO(call << ": " << (s ? std::string("ok") : s.error().message));
+    }
+  };
+  const auto addr = reinterpret_cast<std::uint64_t>(v.data());
+  moved(a.send(addr, 4, DType::F32, 1, 0), "send (seed)");
+  moved(a.recv(addr, 4, DType::F32, 1, 0), "recv (seed)");
+  moved(a.send(std::span<const float>(v), 1, 0), "send");
+  moved(a.recv(std::span(v), 1, 0), "recv");
+  moved(a.send_recv(std::span<const float>(v), 1, std::span(v), 1, 0), "send_recv");
+  moved(a.broadcast(std::span(v), 1), "broadcast");
+  moved(a.reduce(std::span<const float>(v), std::span(v), polycoll::sum, 1), "reduce");
+  moved(a.gather(std::span<const float>(v), std::span(big), 1), "gather");
+  moved(a.scatter(std::span<const float>(big), std::span(v), 1), "scatter");
+  moved(a.all_reduce(std::span(v), polycoll::sum), "all_reduce");
+  moved(a.all_gather(std::span<const float>(v), std::span(big)), "all_gather");
+  moved(a.reduce_scatter(std::span<const float>(big), std::span(v), polycoll::sum), "reduce_scatter");
+  moved(a.all_to_all(std::span<const float>(big), std::span(big)), "all_to_all");
+  moved(a.all_gather_v(std::span<const float>(v), std::span(big), counts), "all_gather_v");
+  moved(a.group_start(), "group_start");
+  moved(a.group_end(), "group_end");
+  moved(a.sync(), "sync");
+  moved(a.barrier(), "barrier");
+  auto sp = a.split(0, 0);
+  moved(sp ? Status{} : Status(tl::unexpected(sp.error())), "split");
+  CHECK(bad == 0);
+  CHECK(b.barrier());
 }
 
 TEST_CASE("Environment when MPI is already initialised owns nothing", "[mpi][environment]") {
@@ -935,7 +1043,6 @@ TEST_CASE("float min/max keep NaN, complex prod is polycoll's, every bundle and 
   run(BasicMpi<Policies<nonblocking, builtin_ops>>::world());
   run(BasicMpi<Policies<nonblocking, adaptive_ops>>::world());
 }
-
 
 // The point-to-point 2-rank algorithms (backends/mpi/halving.hpp) serve ranks
 // on different nodes, and the halving messages above the window's 4 MiB; on

@@ -155,7 +155,8 @@ struct CommState {
   MPI_Errhandler saved = MPI_ERRHANDLER_NULL;  // a borrowed comm's handler, restored at the end
   std::size_t rank = 0;
   std::size_t size = 1;
-  std::uint32_t tag_ub = 32767;
+  std::uint32_t tag_ub = 32767;  // MPI_TAG_UB
+  std::uint32_t max_tag = detail::mpi::max_user_tag(32767);  // of send/recv: the wire tag carries the dtype
   bool serialized = false;  // MPI provides less than MPI_THREAD_MULTIPLE: use the process lock
   Options options;
   SubmitLock mutex;  // serialises submissions
@@ -177,6 +178,8 @@ struct CommState {
   // the same call), and the halving's scratch half, grown, never shrunk.
   MPI_Comm pair_comm = MPI_COMM_NULL;
   std::vector<std::byte> halving_scratch;
+  // The result block of a blocking in-place reduce_scatter, grown, never shrunk.
+  std::vector<std::byte> reduce_scatter_scratch;
   // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
   PairShm shm;
 };
@@ -247,7 +250,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   ~BasicMpi() { release(); }
 
   /// The MPI communicator used (MPI_COMM_NULL when moved-from). Traffic of
-  /// your own on it shares polycoll's tag space.
+  /// your own on it shares polycoll's tag space: send/recv with tag t of
+  /// dtype D use MPI tag (t << 5) | code of D (detail::mpi::wire_tag).
   [[nodiscard]] MPI_Comm native() const noexcept { return state_ ? state_->comm : MPI_COMM_NULL; }
   /// True when this object frees its MPI_Comm (world, duplicate, split).
   [[nodiscard]] bool owns_comm() const noexcept { return state_ && state_->owned; }
@@ -342,6 +346,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     int* ub = nullptr;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     if (flag && ub) s->tag_ub = static_cast<std::uint32_t>(*ub);
+    s->max_tag = detail::mpi::max_user_tag(s->tag_ub);
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
     s->serialized = provided < MPI_THREAD_MULTIPLE;
@@ -366,6 +371,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   std::size_t world_size_impl() const noexcept { return state_ ? state_->size : 1; }
   std::size_t rank_impl() const noexcept { return state_ ? state_->rank : 0; }
+  // The front end's errors on a moved-from communicator name that state
+  // instead of checks against the placeholder world of 1.
+  bool moved_from_impl() const noexcept { return !state_; }
 
   using Guard = std::unique_lock<detail::mpi::SubmitLock>;
   Guard lock() const noexcept {
@@ -437,8 +445,11 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // posted, since MPI cannot cancel one: it joins the pending operations, so
   // the error lists it, a later sync() can still complete it (its buffers
   // must stay valid until then) and the destructor drops it. Lock held.
+  // `scratch`, memory the collective writes, goes with it to the pending
+  // operations when it times out.
   Status await(MPI_Request& req, const detail::CallDesc& c, MPI_Datatype dt, const detail::mpi::Finish& f,
-               const char* fn, const std::optional<detail::Clock::time_point>& deadline) {
+               const char* fn, const std::optional<detail::Clock::time_point>& deadline,
+               std::unique_ptr<std::byte[]> scratch = {}) {
     // MPI progresses the collective only inside MPI_Test (no progress
     // thread), so it is called back to back, yielding now and then, for the
     // first millisecond; only a call still waiting after that (a late peer)
@@ -462,7 +473,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         std::this_thread::yield();
       }
     }
-    state_->pool.add(req, c, dt, f);
+    state_->pool.add(req, c, dt, f, std::move(scratch));
     return tl::unexpected(this->error(
         Errc::timeout, c,
         detail::cat("timed out after ", state_->options.op_timeout->count(), " ms (did every rank make this call?); "
@@ -473,12 +484,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // A posted MPI_I* collective: kept for sync() under the nonblocking policy,
   // completed now (bounded by `deadline`) under the blocking one.
   Status posted(MPI_Request req, const detail::CallDesc& c, MPI_Datatype dt, const detail::mpi::Finish& f,
-                const char* fn, const std::optional<detail::Clock::time_point>& deadline) {
+                const char* fn, const std::optional<detail::Clock::time_point>& deadline,
+                std::unique_ptr<std::byte[]> scratch = {}) {
     if constexpr (nonblocking) {
-      state_->pool.add(req, numbered(c), dt, f);
+      state_->pool.add(req, numbered(c), dt, f, std::move(scratch));
       return {};
     } else {
-      return await(req, numbered(c), dt, f, fn, deadline);
+      return await(req, numbered(c), dt, f, fn, deadline, std::move(scratch));
     }
   }
 
@@ -605,8 +617,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op);
     if (!live(count)) [[unlikely]] return enter(c, count);
     const std::size_t w = state_->size;
-    // In place (recv is this rank's block of send): MPI_IN_PLACE leaves the
-    // result in block 0, moved to the rank's block afterwards.
+    // In place (recv is this rank's block of send): the result goes to a
+    // scratch block first (below).
     const bool in_place = count != 0 && static_cast<const void*>(recv) == static_cast<const void*>(send + state_->rank * count);
     if (!in_place && count != 0 && overlaps(send, count * w, recv, count)) {
       return tl::unexpected(this->error(Errc::invalid_argument, c,
@@ -617,14 +629,35 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
-    T* const result = in_place ? const_cast<T*>(send) : recv;
-    const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
     const auto dl = deadline();
     auto guard = lock();
     if (auto s = check(c, dl); !s) return s;
+    // The in-place form changes the rank's own block of send and nothing
+    // else, as on every backend. MPI_IN_PLACE cannot do that: it leaves the
+    // result in block 0, another rank's input on every rank but 0. So MPI
+    // reduces send into a scratch block (its recv may not overlap send), and
+    // the result is copied into the rank's block once complete. The scratch is
+    // reused by blocking calls and owned by the pending entry of a posted one.
+    T* result = recv;
+    std::unique_ptr<std::byte[]> owned;
+    if (in_place) {
+      try {
+        if (nonblocking || dl) {
+          owned = std::make_unique_for_overwrite<std::byte[]>(count * sizeof(T));
+          result = reinterpret_cast<T*>(owned.get());
+        } else {
+          if (state_->reduce_scatter_scratch.size() < count * sizeof(T)) {
+            state_->reduce_scatter_scratch.resize(count * sizeof(T));
+          }
+          result = reinterpret_cast<T*>(state_->reduce_scatter_scratch.data());
+        }
+      } catch (const std::bad_alloc&) {
+        return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory (the in-place result block)"));
+      }
+    }
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
-      rc = MPI_Ireduce_scatter_block(sbuf, result, n, dt, op, state_->comm, &req);
+      rc = MPI_Ireduce_scatter_block(send, result, n, dt, op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ireduce_scatter_block");
       detail::mpi::Finish f;
       constexpr bool avg = Op == ReduceOp::Avg;
@@ -633,11 +666,11 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       } else if constexpr (avg) {
         f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, w};
       }
-      return posted(req, c, dt, f, "MPI_Ireduce_scatter_block", dl);
+      return posted(req, c, dt, f, "MPI_Ireduce_scatter_block", dl, std::move(owned));
     } else {
-      rc = MPI_Reduce_scatter_block(sbuf, result, n, dt, op, state_->comm);
+      rc = MPI_Reduce_scatter_block(send, result, n, dt, op, state_->comm);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Reduce_scatter_block");
-      if (in_place && recv != result) std::memmove(static_cast<void*>(recv), result, count * sizeof(T));
+      if (in_place) std::memcpy(static_cast<void*>(recv), result, count * sizeof(T));
       if constexpr (Op == ReduceOp::Avg) kernels::divide(d, recv, count, w);
     }
     return {};
@@ -927,10 +960,12 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // ------------------------------------------------------------ point to point
 
   Status check_tag(const detail::CallDesc& c, std::uint32_t tag) const {
-    if (tag > state_->tag_ub) [[unlikely]] {
-      return tl::unexpected(this->error(Errc::invalid_argument, c,
-                                        detail::cat("tag ", tag, " exceeds MPI_TAG_UB (", state_->tag_ub,
-                                                    ") of this MPI")));
+    if (tag > state_->max_tag) [[unlikely]] {
+      return tl::unexpected(this->error(
+          Errc::invalid_argument, c,
+          detail::cat("tag ", tag, " exceeds ", state_->max_tag,
+                      ", the largest send/recv tag of this MPI (its MPI_TAG_UB ", state_->tag_ub, " over 2^",
+                      detail::mpi::wire_tag_bits, ": the MPI tag carries the dtype in its low bits)")));
     }
     return {};
   }
@@ -943,8 +978,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     auto guard = lock();
     MPI_Request req = MPI_REQUEST_NULL;
-    const int rc = MPI_Isend(ptr, static_cast<int>(count), dt, static_cast<int>(dest), static_cast<int>(tag),
-                             state_->comm, &req);
+    const int rc = MPI_Isend(ptr, static_cast<int>(count), dt, static_cast<int>(dest),
+                             detail::mpi::wire_tag(tag, D), state_->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Isend");
     state_->pool.add(req, numbered(c), dt);
     return {};
@@ -1000,24 +1035,25 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     int flag = 0;
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st{};
-    int rc = MPI_Improbe(static_cast<int>(p.call.peer), static_cast<int>(p.call.tag), state_->comm, &flag, &msg, &st);
+    int rc = MPI_Improbe(static_cast<int>(p.call.peer), detail::mpi::wire_tag(p.call.tag, p.call.dtype), state_->comm,
+                         &flag, &msg, &st);
     if (rc != MPI_SUCCESS) {
       if (!first) first = request_error(p, st, rc);
       p.unmatched = false;
       return true;
     }
-    if (!flag) return false;
+    if (!flag) {
+      // Every 64th miss, look for a message of another dtype on the same
+      // (peer, tag): rarely enough that a wait for a message still in flight
+      // polls as before, often enough to find the mismatch within a few ms.
+      return (++p.misses % 64 == 0) && match_other_dtype(i, first);
+    }
     p.unmatched = false;
     int bytes = 0;
     MPI_Get_count(&st, MPI_BYTE, &bytes);
     const std::size_t posted = p.call.count * size_of(p.call.dtype);
     if (bytes >= 0 && static_cast<std::size_t>(bytes) > posted) {
-      try {
-        std::vector<std::byte> sink(static_cast<std::size_t>(bytes));
-        MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-      } catch (const std::bad_alloc&) {
-        MPI_Mrecv(nullptr, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);  // truncates on purpose: the data is dropped
-      }
+      drop(msg, bytes);
       if (!first) {
         const std::size_t elem = size_of(p.call.dtype);
         const std::string sent = static_cast<std::size_t>(bytes) % elem == 0
@@ -1034,6 +1070,60 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     rc = MPI_Imrecv(p.recv_buf, static_cast<int>(p.call.count), p.datatype, &msg, &pool.request(i));
     if (rc != MPI_SUCCESS && !first) first = request_error(p, st, rc);
     return true;
+  }
+
+  // Receives matched message `msg` of `bytes` bytes into a scratch buffer and
+  // drops it (an error path: the message is not the receive's to keep).
+  static void drop(MPI_Message& msg, int bytes) noexcept {
+    try {
+      std::vector<std::byte> sink(static_cast<std::size_t>(std::max(bytes, 0)));
+      MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    } catch (const std::bad_alloc&) {
+      MPI_Mrecv(nullptr, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);  // truncates on purpose: the data is dropped
+    }
+  }
+
+  // Unmatched receive i found no message of its dtype: if (src, tag) holds one
+  // of another dtype that no later receive of that dtype waits for, the pair
+  // is Errc::mismatch (as on Threads), and the message is received and dropped
+  // so that nothing is written to the receive's buffer. True when it was.
+  [[gnu::noinline, gnu::cold]] bool match_other_dtype(std::size_t i, std::optional<Error>& first) {
+    auto& pool = state_->pool;
+    detail::mpi::Pending& p = pool.pending(i);
+    const int src = static_cast<int>(p.call.peer);
+    const std::size_t mine = detail::mpi::dtype_codes[static_cast<std::uint8_t>(p.call.dtype)];
+    for (std::size_t code = 0; code < dtype_count; ++code) {
+      if (code == mine) continue;
+      const DType other = all_dtypes[code];
+      const int wire = detail::mpi::wire_tag(p.call.tag, code);
+      int flag = 0;
+      if (MPI_Iprobe(src, wire, state_->comm, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) continue;
+      bool wanted = false;
+      for (std::size_t j = i + 1; j < pool.size() && !wanted; ++j) {
+        const auto& q = pool.pending(j);
+        wanted = q.unmatched && q.call.peer == p.call.peer && q.call.tag == p.call.tag && q.call.dtype == other;
+      }
+      if (wanted) continue;
+      MPI_Message msg = MPI_MESSAGE_NULL;
+      MPI_Status st{};
+      if (MPI_Improbe(src, wire, state_->comm, &flag, &msg, &st) != MPI_SUCCESS || !flag) continue;
+      int bytes = 0;
+      MPI_Get_count(&st, MPI_BYTE, &bytes);
+      drop(msg, bytes);
+      p.unmatched = false;
+      if (!first) {
+        const std::size_t elem = size_of(other);
+        const std::string sent = bytes >= 0 && static_cast<std::size_t>(bytes) % elem == 0
+                                     ? detail::cat(static_cast<std::size_t>(bytes) / elem, " elements of ", name(other))
+                                     : detail::cat(bytes, " bytes of ", name(other));
+        first = this->error(Errc::mismatch, p.call,
+                            detail::cat("dtype mismatch: rank ", p.call.peer, " sent ", sent, " with tag ", p.call.tag,
+                                        ", recv posted for ", p.call.count, " elements of ", name(p.call.dtype),
+                                        " (the message was received and dropped)"));
+      }
+      return true;
+    }
+    return false;
   }
 
   // True when an entry before unmatched receive i waits for the same (src, tag).
@@ -1274,6 +1364,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
               MPI_Request_free(&r);  // completes on its own; MPI may still touch the buffer
             } else {
               ++leaked;  // MPI forbids freeing or cancelling a nonblocking collective
+              // MPI may still write its scratch block: leak it rather than free it under MPI.
+              (void)s.pool.pending(i).scratch.release();
             }
           }
           log(LogLevel::warning,
