@@ -155,8 +155,7 @@ struct CommState {
   MPI_Errhandler saved = MPI_ERRHANDLER_NULL;  // a borrowed comm's handler, restored at the end
   std::size_t rank = 0;
   std::size_t size = 1;
-  std::uint32_t tag_ub = 32767;  // MPI_TAG_UB
-  std::uint32_t max_tag = detail::mpi::max_user_tag(32767);  // of send/recv: the wire tag carries the dtype
+  std::uint32_t tag_ub = 32767;
   bool serialized = false;  // MPI provides less than MPI_THREAD_MULTIPLE: use the process lock
   Options options;
   SubmitLock mutex;  // serialises submissions
@@ -250,8 +249,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   ~BasicMpi() { release(); }
 
   /// The MPI communicator used (MPI_COMM_NULL when moved-from). Traffic of
-  /// your own on it shares polycoll's tag space: send/recv with tag t of
-  /// dtype D use MPI tag (t << 5) | code of D (detail::mpi::wire_tag).
+  /// your own on it shares polycoll's tag space.
   [[nodiscard]] MPI_Comm native() const noexcept { return state_ ? state_->comm : MPI_COMM_NULL; }
   /// True when this object frees its MPI_Comm (world, duplicate, split).
   [[nodiscard]] bool owns_comm() const noexcept { return state_ && state_->owned; }
@@ -346,7 +344,6 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     int* ub = nullptr;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     if (flag && ub) s->tag_ub = static_cast<std::uint32_t>(*ub);
-    s->max_tag = detail::mpi::max_user_tag(s->tag_ub);
     int provided = MPI_THREAD_SINGLE;
     MPI_Query_thread(&provided);
     s->serialized = provided < MPI_THREAD_MULTIPLE;
@@ -960,12 +957,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // ------------------------------------------------------------ point to point
 
   Status check_tag(const detail::CallDesc& c, std::uint32_t tag) const {
-    if (tag > state_->max_tag) [[unlikely]] {
-      return tl::unexpected(this->error(
-          Errc::invalid_argument, c,
-          detail::cat("tag ", tag, " exceeds ", state_->max_tag,
-                      ", the largest send/recv tag of this MPI (its MPI_TAG_UB ", state_->tag_ub, " over 2^",
-                      detail::mpi::wire_tag_bits, ": the MPI tag carries the dtype in its low bits)")));
+    if (tag > state_->tag_ub) [[unlikely]] {
+      return tl::unexpected(this->error(Errc::invalid_argument, c,
+                                        detail::cat("tag ", tag, " exceeds MPI_TAG_UB (", state_->tag_ub,
+                                                    ") of this MPI")));
     }
     return {};
   }
@@ -978,8 +973,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     auto guard = lock();
     MPI_Request req = MPI_REQUEST_NULL;
-    const int rc = MPI_Isend(ptr, static_cast<int>(count), dt, static_cast<int>(dest),
-                             detail::mpi::wire_tag(tag, D), state_->comm, &req);
+    const int rc = MPI_Isend(ptr, static_cast<int>(count), dt, static_cast<int>(dest), static_cast<int>(tag),
+                             state_->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Isend");
     state_->pool.add(req, numbered(c), dt);
     return {};
@@ -1035,19 +1030,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     int flag = 0;
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st{};
-    int rc = MPI_Improbe(static_cast<int>(p.call.peer), detail::mpi::wire_tag(p.call.tag, p.call.dtype), state_->comm,
-                         &flag, &msg, &st);
+    int rc = MPI_Improbe(static_cast<int>(p.call.peer), static_cast<int>(p.call.tag), state_->comm, &flag, &msg, &st);
     if (rc != MPI_SUCCESS) {
       if (!first) first = request_error(p, st, rc);
       p.unmatched = false;
       return true;
     }
-    if (!flag) {
-      // Every 64th miss, look for a message of another dtype on the same
-      // (peer, tag): rarely enough that a wait for a message still in flight
-      // polls as before, often enough to find the mismatch within a few ms.
-      return (++p.misses % 64 == 0) && match_other_dtype(i, first);
-    }
+    if (!flag) return false;
     p.unmatched = false;
     int bytes = 0;
     MPI_Get_count(&st, MPI_BYTE, &bytes);
@@ -1081,49 +1070,6 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     } catch (const std::bad_alloc&) {
       MPI_Mrecv(nullptr, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);  // truncates on purpose: the data is dropped
     }
-  }
-
-  // Unmatched receive i found no message of its dtype: if (src, tag) holds one
-  // of another dtype that no later receive of that dtype waits for, the pair
-  // is Errc::mismatch (as on Threads), and the message is received and dropped
-  // so that nothing is written to the receive's buffer. True when it was.
-  [[gnu::noinline, gnu::cold]] bool match_other_dtype(std::size_t i, std::optional<Error>& first) {
-    auto& pool = state_->pool;
-    detail::mpi::Pending& p = pool.pending(i);
-    const int src = static_cast<int>(p.call.peer);
-    const std::size_t mine = detail::mpi::dtype_codes[static_cast<std::uint8_t>(p.call.dtype)];
-    for (std::size_t code = 0; code < dtype_count; ++code) {
-      if (code == mine) continue;
-      const DType other = all_dtypes[code];
-      const int wire = detail::mpi::wire_tag(p.call.tag, code);
-      int flag = 0;
-      if (MPI_Iprobe(src, wire, state_->comm, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) continue;
-      bool wanted = false;
-      for (std::size_t j = i + 1; j < pool.size() && !wanted; ++j) {
-        const auto& q = pool.pending(j);
-        wanted = q.unmatched && q.call.peer == p.call.peer && q.call.tag == p.call.tag && q.call.dtype == other;
-      }
-      if (wanted) continue;
-      MPI_Message msg = MPI_MESSAGE_NULL;
-      MPI_Status st{};
-      if (MPI_Improbe(src, wire, state_->comm, &flag, &msg, &st) != MPI_SUCCESS || !flag) continue;
-      int bytes = 0;
-      MPI_Get_count(&st, MPI_BYTE, &bytes);
-      drop(msg, bytes);
-      p.unmatched = false;
-      if (!first) {
-        const std::size_t elem = size_of(other);
-        const std::string sent = bytes >= 0 && static_cast<std::size_t>(bytes) % elem == 0
-                                     ? detail::cat(static_cast<std::size_t>(bytes) / elem, " elements of ", name(other))
-                                     : detail::cat(bytes, " bytes of ", name(other));
-        first = this->error(Errc::mismatch, p.call,
-                            detail::cat("dtype mismatch: rank ", p.call.peer, " sent ", sent, " with tag ", p.call.tag,
-                                        ", recv posted for ", p.call.count, " elements of ", name(p.call.dtype),
-                                        " (the message was received and dropped)"));
-      }
-      return true;
-    }
-    return false;
   }
 
   // True when an entry before unmatched receive i waits for the same (src, tag).

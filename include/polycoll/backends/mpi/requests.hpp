@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <cstddef>
-#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -55,7 +54,6 @@ struct Pending {
   Finish finish;
   void* recv_buf = nullptr;  // a receive's buffer
   bool unmatched = false;     // a receive not yet matched by MPI_Improbe (no request yet)
-  std::uint32_t misses = 0;   // an unmatched receive's probes that found nothing
   // Memory MPI writes until the request completes (a posted in-place
   // reduce_scatter's result block): freed with the entry once it is done.
   std::unique_ptr<std::byte[]> scratch;
@@ -77,14 +75,14 @@ class RequestPool {
   void add(MPI_Request r, const CallDesc& call, MPI_Datatype dt, Finish finish = {},
            std::unique_ptr<std::byte[]> scratch = {}) {
     requests_.push_back(r);
-    pending_.push_back(Pending{call, dt, finish, nullptr, false, 0, std::move(scratch)});
+    pending_.push_back(Pending{call, dt, finish, nullptr, false, std::move(scratch)});
     busy_.store(true, std::memory_order_release);
   }
 
   /// Adds a receive that is matched later (see BasicMpi::try_match).
   void add_unmatched(const CallDesc& call, MPI_Datatype dt, void* buf) {
     requests_.push_back(MPI_REQUEST_NULL);
-    pending_.push_back(Pending{call, dt, Finish{}, buf, true, 0, {}});
+    pending_.push_back(Pending{call, dt, Finish{}, buf, true, {}});
     busy_.store(true, std::memory_order_release);
   }
 

@@ -3,7 +3,6 @@
 // which built-in MPI_Op implements each (DType, ReduceOp) where MPI has one.
 // Internal to backends/mpi.hpp.
 
-#include <array>
 #include <complex>
 #include <concepts>
 #include <cstddef>
@@ -76,36 +75,6 @@ constexpr std::size_t dtype_index() {
   while (all_dtypes[i] != D) ++i;
   return i;
 }
-
-/// Point-to-point messages carry their dtype in the MPI tag: polycoll's tag t
-/// of dtype D travels as MPI tag (t << wire_tag_bits) | dtype_code(D), so that
-/// a receive can tell a message of another dtype (same (peer, tag), any byte
-/// size) from its own without an envelope that would cost a second message
-/// or a copy. It costs the user's tag range those bits: t may go up to
-/// max_user_tag(MPI_TAG_UB), 1023 at MPI's guaranteed minimum of 32767.
-inline constexpr unsigned wire_tag_bits = 5;
-static_assert(dtype_count <= (1u << wire_tag_bits), "polycoll Mpi: the dtype codes must fit in the tag's low bits");
-
-/// The dtype's code in the tag: its position in all_dtypes; one table lookup
-/// on the receive path.
-inline constexpr std::array<std::uint8_t, 256> dtype_codes = [] {
-  std::array<std::uint8_t, 256> t{};
-  for (std::size_t i = 0; i < dtype_count; ++i) {
-    t[static_cast<std::uint8_t>(all_dtypes[i])] = static_cast<std::uint8_t>(i);
-  }
-  return t;
-}();
-constexpr int wire_tag(std::uint32_t tag, std::size_t code) noexcept {
-  return static_cast<int>((tag << wire_tag_bits) | code);
-}
-constexpr int wire_tag(std::uint32_t tag, DType d) noexcept {
-  return wire_tag(tag, dtype_codes[static_cast<std::uint8_t>(d)]);
-}
-/// The largest user tag whose every wire tag is at most `tag_ub`.
-constexpr std::uint32_t max_user_tag(std::uint32_t tag_ub) noexcept {
-  return (tag_ub - ((1u << wire_tag_bits) - 1)) >> wire_tag_bits;
-}
-static_assert(max_user_tag(32767) == 1023 && max_user_tag(268435455) == 8388607);
 
 /// True where MPI's predefined op may not give polycoll's result. Those pairs
 /// always take polycoll's unit as a user op, whatever the reduction policy,
