@@ -261,6 +261,50 @@ TEST_CASE("reduce_scatter: separate and in-place buffers", "[conformance][reduce
   });
 }
 
+// The in-place form writes the rank's own block of send and nothing else:
+// every other block still holds this rank's input afterwards. (Mpi's
+// MPI_IN_PLACE form left the result in block 0, overwriting it on every rank
+// but 0.) Each op and a few dtypes, counts below and above 128 KiB.
+TEST_CASE("reduce_scatter in place changes only the rank's own block", "[conformance][reduce_scatter]" POLYCOLL_TAG) {
+  each_world([](B& comm, Report& rep) {
+    const std::size_t w = comm.world_size(), r = comm.rank();
+    auto run = [&]<DType D, ReduceOp Op>(dtype_tag<D>, op_tag<Op>) {
+      using T = typename dtype_tag<D>::type;
+      if constexpr (supports_reduction_v<B, D, Op>) {
+        for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{4097}, std::size_t{40000}}) {
+          Array<T> host(n * w);
+          for (std::size_t i = 0; i < n * w; ++i) host[i] = input<T>(Op, w, r, i);
+          Buf<T> send(n * w);
+          send.write(host);
+          const auto what = ctx("reduce_scatter", D, n, ", op=" + std::string(name(Op)) + ", in place");
+          rep.expect_ok(comm.reduce_scatter(send.address(), send.address() + r * n * sizeof(T), n, D, Op), what);
+          rep.expect_ok(comm.sync(), what + " sync");
+          const Array<T> got = send.read();
+          Array<T> own(n), others((w - 1) * n), others_want((w - 1) * n);
+          for (std::size_t b = 0, k = 0; b < w; ++b) {
+            for (std::size_t i = 0; i < n; ++i) {
+              if (b == r) {
+                own[i] = got[b * n + i];
+              } else {
+                others[k] = got[b * n + i];
+                others_want[k++] = host[b * n + i];
+              }
+            }
+          }
+          check_reduced(rep, own, Op, w, r * n, what + ", own block");
+          rep.expect_equal(others, others_want, what + ", the other ranks' blocks (must be untouched)");
+        }
+      }
+    };
+    run(dtype_tag<DType::F32>{}, op_tag<ReduceOp::Sum>{});
+    run(dtype_tag<DType::F64>{}, op_tag<ReduceOp::Avg>{});
+    run(dtype_tag<DType::I32>{}, op_tag<ReduceOp::Max>{});
+    run(dtype_tag<DType::U8>{}, op_tag<ReduceOp::Min>{});
+    run(dtype_tag<DType::BF16>{}, op_tag<ReduceOp::Sum>{});
+    run(dtype_tag<DType::C64>{}, op_tag<ReduceOp::Prod>{});
+  });
+}
+
 TEST_CASE("broadcast: every dtype from every root", "[conformance][broadcast]" POLYCOLL_TAG) {
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();

@@ -96,7 +96,8 @@ constexpr void check_element_type() {
 /// and provides `world_size_impl()`, `rank_impl()`, the `*_impl` operations
 /// taking `dtype_tag<D>` (and `op_tag<Op>` for reductions) with typed pointers,
 /// `sync_impl()`, `barrier_impl()`, `split_impl()`, and
-/// `static constexpr std::string_view backend_name`. See docs/design.md.
+/// `static constexpr std::string_view backend_name`; optionally
+/// `moved_from_impl()` (see error()). See docs/design.md.
 template <class Backend>
 class Communicator {
  public:

@@ -23,6 +23,7 @@
 #include <complex>
 #include <cstring>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <string>
@@ -190,6 +191,49 @@ TEST_CASE("bad input specific to MPI: tag above MPI_TAG_UB, count above INT_MAX"
   REQUIRE_FALSE(null);
   CHECK(null.error().code == Errc::invalid_argument);
   CHECK(comm.barrier());
+}
+
+// A moved-from Mpi has no world: each call is Errc::invalid_argument saying
+// so, including the ones whose peer, root or span size the front end checks
+// against the placeholder world of 1 (send(dest=1) said "dest 1 out of range
+// [0, 1)"). The peer and root are 1, out of that placeholder range.
+TEST_CASE("every call on a moved-from Mpi says it is moved-from", "[mpi][errors][moved]") {
+  Mpi a = world();
+  Mpi b(std::move(a));
+  std::vector<float> v(4), big(12);
+  std::vector<std::size_t> counts{4, 4, 4};
+  std::size_t bad = 0;
+  auto moved = [&](const Status& s, const char* call) {
+    const bool ok = !s && s.error().code == Errc::invalid_argument && contains(s.error().message, "moved-from") &&
+                    contains(s.error().message, "[mpi]") && !contains(s.error().message, "out of range");
+    if (!ok) {
+      ++bad;
+      UNSCOPED_INFO(call << ": " << (s ? std::string("ok") : s.error().message));
+    }
+  };
+  const auto addr = reinterpret_cast<std::uint64_t>(v.data());
+  moved(a.send(addr, 4, DType::F32, 1, 0), "send (seed)");
+  moved(a.recv(addr, 4, DType::F32, 1, 0), "recv (seed)");
+  moved(a.send(std::span<const float>(v), 1, 0), "send");
+  moved(a.recv(std::span(v), 1, 0), "recv");
+  moved(a.send_recv(std::span<const float>(v), 1, std::span(v), 1, 0), "send_recv");
+  moved(a.broadcast(std::span(v), 1), "broadcast");
+  moved(a.reduce(std::span<const float>(v), std::span(v), polycoll::sum, 1), "reduce");
+  moved(a.gather(std::span<const float>(v), std::span(big), 1), "gather");
+  moved(a.scatter(std::span<const float>(big), std::span(v), 1), "scatter");
+  moved(a.all_reduce(std::span(v), polycoll::sum), "all_reduce");
+  moved(a.all_gather(std::span<const float>(v), std::span(big)), "all_gather");
+  moved(a.reduce_scatter(std::span<const float>(big), std::span(v), polycoll::sum), "reduce_scatter");
+  moved(a.all_to_all(std::span<const float>(big), std::span(big)), "all_to_all");
+  moved(a.all_gather_v(std::span<const float>(v), std::span(big), counts), "all_gather_v");
+  moved(a.group_start(), "group_start");
+  moved(a.group_end(), "group_end");
+  moved(a.sync(), "sync");
+  moved(a.barrier(), "barrier");
+  auto sp = a.split(0, 0);
+  moved(sp ? Status{} : Status(tl::unexpected(sp.error())), "split");
+  CHECK(bad == 0);
+  CHECK(b.barrier());
 }
 
 TEST_CASE("Environment when MPI is already initialised owns nothing", "[mpi][environment]") {
@@ -841,6 +885,95 @@ TEST_CASE("unsigned min/max across the sign bit, every bundle, small and large",
   };
   using namespace polycoll::mpi;
   run(Mpi::world());
+  run(BasicMpi<Policies<blocking, builtin_ops>>::world());
+  run(BasicMpi<Policies<nonblocking, builtin_ops>>::world());
+  run(BasicMpi<Policies<nonblocking, adaptive_ops>>::world());
+}
+
+// MPICH 4.0.2's and Open MPI 4.1's MPI_MIN/MPI_MAX drop a NaN of one rank,
+// and their complex MPI_PROD is the Annex G product where polycoll's unit
+// takes the plain formula (detail::mpi::builtin_unsafe): those pairs reduce
+// with polycoll's unit under every policy, at every size and in every
+// reducing collective. The sizes reach each path that could take MPI's
+// predefined op: below 128 KiB (the user op of adaptive_ops), 8-16 KiB (MPICH's
+// 2-rank all_reduce under op_timeout) and above 128 KiB (adaptive_ops'
+// predefined op). The expectation is polycoll's unit folded over the ranks.
+TEST_CASE("float min/max keep NaN, complex prod is polycoll's, every bundle and size", "[mpi][ops][nan]") {
+  auto run = [](auto comm) {
+    REQUIRE(comm);
+    const std::size_t w = comm->world_size(), r = comm->rank();
+    auto check_pair = [&]<class T, ReduceOp Op>(T, op_tag<Op> op) {
+      constexpr DType D = dtype_of_v<T>;
+      // Every block of every collective holds each case. Min/max: element i
+      // is NaN on rank 0 where i % 7 == 0, on the last rank where i % 7 == 1,
+      // on the middle one where i % 7 == 2; the rest are 1..w. Prod: (inf,
+      // inf) on rank 0 where i % 7 == 0 and on the last rank where i % 7 == 1;
+      // otherwise i on rank i % w and 1 elsewhere.
+      auto value = [&](std::size_t i, std::size_t q) -> T {
+        const std::size_t k = i % 7;
+        if constexpr (Op == ReduceOp::Prod) {
+          using R = typename T::value_type;
+          const R inf = std::numeric_limits<R>::infinity();
+          if ((k == 0 && q == 0) || (k == 1 && q == w - 1)) return T(inf, inf);
+          return q == i % w ? T(0, 1) : T(1, 0);
+        } else {
+          if ((k == 0 && q == 0) || (k == 1 && q == w - 1) || (k == 2 && q == w / 2)) {
+            return std::numeric_limits<T>::quiet_NaN();
+          }
+          return static_cast<T>((q + i) % w + 1);
+        }
+      };
+      auto expected = [&](std::size_t i) {
+        T acc = value(i, 0);
+        for (std::size_t q = 1; q < w; ++q) {
+          const T b = value(i, q);
+          kernels::combine(dtype_tag<D>{}, op, &acc, &acc, &b, 1);
+        }
+        return acc;
+      };
+      auto same = [](T a, T b) {
+        auto eq = [](auto x, auto y) { return (std::isnan(x) && std::isnan(y)) || x == y; };
+        if constexpr (Op == ReduceOp::Prod) {
+          return eq(a.real(), b.real()) && eq(a.imag(), b.imag());
+        } else {
+          return eq(a, b);
+        }
+      };
+      for (const std::size_t bytes : {std::size_t{40}, std::size_t{12 * 1024}, std::size_t{160 * 1024}}) {
+        const std::size_t n = bytes / sizeof(T) + 3;
+        INFO(name(D) << ' ' << name(Op) << ", n " << n);
+        std::vector<T> ar(n), send(n * w), rs(n), red(n);
+        for (std::size_t i = 0; i < n; ++i) ar[i] = value(i, r);
+        for (std::size_t b = 0; b < w; ++b) {
+          for (std::size_t i = 0; i < n; ++i) send[b * n + i] = value(b * n + i, r);
+        }
+        REQUIRE(comm->all_reduce(std::span(ar), op));
+        REQUIRE(comm->reduce_scatter(std::span<const T>(send), std::span(rs), op));
+        REQUIRE(comm->reduce(std::span<const T>(send.data(), n), std::span(red), op, w - 1));
+        REQUIRE(comm->sync());
+        std::size_t bad_ar = 0, bad_rs = 0, bad_red = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          bad_ar += !same(ar[i], expected(i));
+          bad_rs += !same(rs[i], expected(r * n + i));
+          if (r == w - 1) bad_red += !same(red[i], expected(i));
+        }
+        CHECK(bad_ar == 0);
+        CHECK(bad_rs == 0);
+        CHECK(bad_red == 0);
+      }
+    };
+    check_pair(float{}, polycoll::min);
+    check_pair(float{}, polycoll::max);
+    check_pair(double{}, polycoll::min);
+    check_pair(double{}, polycoll::max);
+    check_pair(std::complex<float>{}, polycoll::prod);
+    check_pair(std::complex<double>{}, polycoll::prod);
+  };
+  using namespace polycoll::mpi;
+  Options timed;
+  timed.op_timeout = 60s;
+  run(Mpi::world());
+  run(Mpi::world(timed));
   run(BasicMpi<Policies<blocking, builtin_ops>>::world());
   run(BasicMpi<Policies<nonblocking, builtin_ops>>::world());
   run(BasicMpi<Policies<nonblocking, adaptive_ops>>::world());

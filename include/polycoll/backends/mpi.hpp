@@ -177,6 +177,8 @@ struct CommState {
   // the same call), and the halving's scratch half, grown, never shrunk.
   MPI_Comm pair_comm = MPI_COMM_NULL;
   std::vector<std::byte> halving_scratch;
+  // The result block of a blocking in-place reduce_scatter, grown, never shrunk.
+  std::vector<std::byte> reduce_scatter_scratch;
   // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
   PairShm shm;
 };
@@ -366,6 +368,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   std::size_t world_size_impl() const noexcept { return state_ ? state_->size : 1; }
   std::size_t rank_impl() const noexcept { return state_ ? state_->rank : 0; }
+  // The front end's errors on a moved-from communicator name that state
+  // instead of checks against the placeholder world of 1.
+  bool moved_from_impl() const noexcept { return !state_; }
 
   using Guard = std::unique_lock<detail::mpi::SubmitLock>;
   Guard lock() const noexcept {
@@ -437,8 +442,11 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // posted, since MPI cannot cancel one: it joins the pending operations, so
   // the error lists it, a later sync() can still complete it (its buffers
   // must stay valid until then) and the destructor drops it. Lock held.
+  // `scratch`, memory the collective writes, goes with it to the pending
+  // operations when it times out.
   Status await(MPI_Request& req, const detail::CallDesc& c, MPI_Datatype dt, const detail::mpi::Finish& f,
-               const char* fn, const std::optional<detail::Clock::time_point>& deadline) {
+               const char* fn, const std::optional<detail::Clock::time_point>& deadline,
+               std::unique_ptr<std::byte[]> scratch = {}) {
     // MPI progresses the collective only inside MPI_Test (no progress
     // thread), so it is called back to back, yielding now and then, for the
     // first millisecond; only a call still waiting after that (a late peer)
@@ -462,7 +470,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         std::this_thread::yield();
       }
     }
-    state_->pool.add(req, c, dt, f);
+    state_->pool.add(req, c, dt, f, std::move(scratch));
     return tl::unexpected(this->error(
         Errc::timeout, c,
         detail::cat("timed out after ", state_->options.op_timeout->count(), " ms (did every rank make this call?); "
@@ -473,12 +481,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // A posted MPI_I* collective: kept for sync() under the nonblocking policy,
   // completed now (bounded by `deadline`) under the blocking one.
   Status posted(MPI_Request req, const detail::CallDesc& c, MPI_Datatype dt, const detail::mpi::Finish& f,
-                const char* fn, const std::optional<detail::Clock::time_point>& deadline) {
+                const char* fn, const std::optional<detail::Clock::time_point>& deadline,
+                std::unique_ptr<std::byte[]> scratch = {}) {
     if constexpr (nonblocking) {
-      state_->pool.add(req, numbered(c), dt, f);
+      state_->pool.add(req, numbered(c), dt, f, std::move(scratch));
       return {};
     } else {
-      return await(req, numbered(c), dt, f, fn, deadline);
+      return await(req, numbered(c), dt, f, fn, deadline, std::move(scratch));
     }
   }
 
@@ -605,23 +614,44 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op);
     if (!live(count)) [[unlikely]] return enter(c, count);
     const std::size_t w = state_->size;
-    // In place (recv is this rank's block of send): MPI_IN_PLACE leaves the
-    // result in block 0, moved to the rank's block afterwards. Any other
-    // overlap of send and recv was rejected by the front end.
+    // In place (recv is this rank's block of send): the result goes to a
+    // scratch block first (below). Any other overlap of send and recv was
+    // rejected by the front end.
     const bool in_place = count != 0 && static_cast<const void*>(recv) == static_cast<const void*>(send + state_->rank * count);
     int rc = MPI_SUCCESS;
     const MPI_Op op = op_for<D, Op>(rc, count * w * sizeof(T));
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
-    T* const result = in_place ? const_cast<T*>(send) : recv;
-    const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
     const auto dl = deadline();
     auto guard = lock();
     if (auto s = check(c, dl); !s) return s;
+    // The in-place form changes the rank's own block of send and nothing
+    // else, as on every backend. MPI_IN_PLACE cannot do that: it leaves the
+    // result in block 0, another rank's input on every rank but 0. So MPI
+    // reduces send into a scratch block (its recv may not overlap send), and
+    // the result is copied into the rank's block once complete. The scratch is
+    // reused by blocking calls and owned by the pending entry of a posted one.
+    T* result = recv;
+    std::unique_ptr<std::byte[]> owned;
+    if (in_place) {
+      try {
+        if (nonblocking || dl) {
+          owned = std::make_unique_for_overwrite<std::byte[]>(count * sizeof(T));
+          result = reinterpret_cast<T*>(owned.get());
+        } else {
+          if (state_->reduce_scatter_scratch.size() < count * sizeof(T)) {
+            state_->reduce_scatter_scratch.resize(count * sizeof(T));
+          }
+          result = reinterpret_cast<T*>(state_->reduce_scatter_scratch.data());
+        }
+      } catch (const std::bad_alloc&) {
+        return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory (the in-place result block)"));
+      }
+    }
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
-      rc = MPI_Ireduce_scatter_block(sbuf, result, n, dt, op, state_->comm, &req);
+      rc = MPI_Ireduce_scatter_block(send, result, n, dt, op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ireduce_scatter_block");
       detail::mpi::Finish f;
       constexpr bool avg = Op == ReduceOp::Avg;
@@ -630,11 +660,11 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       } else if constexpr (avg) {
         f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, w};
       }
-      return posted(req, c, dt, f, "MPI_Ireduce_scatter_block", dl);
+      return posted(req, c, dt, f, "MPI_Ireduce_scatter_block", dl, std::move(owned));
     } else {
-      rc = MPI_Reduce_scatter_block(sbuf, result, n, dt, op, state_->comm);
+      rc = MPI_Reduce_scatter_block(send, result, n, dt, op, state_->comm);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Reduce_scatter_block");
-      if (in_place && recv != result) std::memmove(static_cast<void*>(recv), result, count * sizeof(T));
+      if (in_place) std::memcpy(static_cast<void*>(recv), result, count * sizeof(T));
       if constexpr (Op == ReduceOp::Avg) kernels::divide(d, recv, count, w);
     }
     return {};
@@ -999,12 +1029,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     MPI_Get_count(&st, MPI_BYTE, &bytes);
     const std::size_t posted = p.call.count * size_of(p.call.dtype);
     if (bytes >= 0 && static_cast<std::size_t>(bytes) > posted) {
-      try {
-        std::vector<std::byte> sink(static_cast<std::size_t>(bytes));
-        MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-      } catch (const std::bad_alloc&) {
-        MPI_Mrecv(nullptr, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);  // truncates on purpose: the data is dropped
-      }
+      drop(msg, bytes);
       if (!first) {
         const std::size_t elem = size_of(p.call.dtype);
         const std::string sent = static_cast<std::size_t>(bytes) % elem == 0
@@ -1021,6 +1046,17 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     rc = MPI_Imrecv(p.recv_buf, static_cast<int>(p.call.count), p.datatype, &msg, &pool.request(i));
     if (rc != MPI_SUCCESS && !first) first = request_error(p, st, rc);
     return true;
+  }
+
+  // Receives matched message `msg` of `bytes` bytes into a scratch buffer and
+  // drops it (an error path: the message is not the receive's to keep).
+  static void drop(MPI_Message& msg, int bytes) noexcept {
+    try {
+      std::vector<std::byte> sink(static_cast<std::size_t>(std::max(bytes, 0)));
+      MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    } catch (const std::bad_alloc&) {
+      MPI_Mrecv(nullptr, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);  // truncates on purpose: the data is dropped
+    }
   }
 
   // True when an entry before unmatched receive i waits for the same (src, tag).
@@ -1261,6 +1297,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
               MPI_Request_free(&r);  // completes on its own; MPI may still touch the buffer
             } else {
               ++leaked;  // MPI forbids freeing or cancelling a nonblocking collective
+              // MPI may still write its scratch block: leak it rather than free it under MPI.
+              (void)s.pool.pending(i).scratch.release();
             }
           }
           log(LogLevel::warning,

@@ -31,8 +31,9 @@ struct nonblocking {
 
 /// Reduction-unit policy: MPI's predefined ops wherever MPI has one for the
 /// dtype (everything but f16, bf16, f8e4m3, f8e5m2, the sums of 8- and
-/// 16-bit integers and the min/max of unsigned integers, which always take
-/// polycoll's unit as a user MPI_Op; see detail::mpi::builtin_unsafe).
+/// 16-bit integers, the min/max of unsigned integers and of f32/f64, and the
+/// products of complex numbers, which always take polycoll's unit as a user
+/// MPI_Op; see detail::mpi::builtin_unsafe).
 struct builtin_ops {
   /// MPI's predefined op for the dtypes MPI has one for.
   static constexpr bool kernel_for_native = false;

@@ -3,12 +3,15 @@
 // by sync() and, index for index, what each request is (for
 // errors and timeout lists) and what must run when it completes (the Avg
 // division, the in-place reduce_scatter move). Storage is reserved up front
-// and reused, so posting and completing make no allocation in steady state.
+// and reused, so posting and completing make no allocation in steady state
+// (apart from the scratch block of a posted in-place reduce_scatter).
 // Internal to backends/mpi.hpp.
 
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include <mpi.h>
@@ -36,8 +39,8 @@ void divide_finish(const Finish& f) noexcept {
   kernels::divide(dtype_tag<D>{}, static_cast<typename dtype_tag<D>::type*>(f.dst), f.count, f.divisor);
 }
 
-/// Finish of an in-place reduce_scatter: the result is in block 0, move it to
-/// the caller's block, then divide for Avg.
+/// Finish of an in-place reduce_scatter: the result is in a scratch block, move
+/// it to the caller's block, then divide for Avg.
 template <DType D, bool Divide>
 void move_finish(const Finish& f) noexcept {
   using T = typename dtype_tag<D>::type;
@@ -51,6 +54,9 @@ struct Pending {
   Finish finish;
   void* recv_buf = nullptr;  // a receive's buffer
   bool unmatched = false;     // a receive not yet matched by MPI_Improbe (no request yet)
+  // Memory MPI writes until the request completes (a posted in-place
+  // reduce_scatter's result block): freed with the entry once it is done.
+  std::unique_ptr<std::byte[]> scratch;
 };
 
 class RequestPool {
@@ -66,16 +72,17 @@ class RequestPool {
   [[nodiscard]] std::size_t size() const noexcept { return requests_.size(); }
 
   /// Adds a posted request. Grows the storage only past its high-water mark.
-  void add(MPI_Request r, const CallDesc& call, MPI_Datatype dt, Finish finish = {}) {
+  void add(MPI_Request r, const CallDesc& call, MPI_Datatype dt, Finish finish = {},
+           std::unique_ptr<std::byte[]> scratch = {}) {
     requests_.push_back(r);
-    pending_.push_back(Pending{call, dt, finish});
+    pending_.push_back(Pending{call, dt, finish, nullptr, false, std::move(scratch)});
     busy_.store(true, std::memory_order_release);
   }
 
   /// Adds a receive that is matched later (see BasicMpi::try_match).
   void add_unmatched(const CallDesc& call, MPI_Datatype dt, void* buf) {
     requests_.push_back(MPI_REQUEST_NULL);
-    pending_.push_back(Pending{call, dt, Finish{}, buf, true});
+    pending_.push_back(Pending{call, dt, Finish{}, buf, true, {}});
     busy_.store(true, std::memory_order_release);
   }
 
@@ -98,7 +105,7 @@ class RequestPool {
     for (std::size_t i = 0; i < requests_.size(); ++i) {
       if (requests_[i] != MPI_REQUEST_NULL || pending_[i].unmatched) {
         requests_[j] = requests_[i];
-        pending_[j] = pending_[i];
+        if (j != i) pending_[j] = std::move(pending_[i]);
         ++j;
       }
     }

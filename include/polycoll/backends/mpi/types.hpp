@@ -77,21 +77,38 @@ constexpr std::size_t dtype_index() {
 }
 
 /// True where MPI's predefined op may not give polycoll's result. Those pairs
-/// always take polycoll's unit as a user op, whatever the reduction policy:
+/// always take polycoll's unit as a user op, whatever the reduction policy,
+/// so that a call's result does not depend on its size, the rank count, the
+/// policy or the MPI (docs/mpi.md, "Predefined ops that compute wrong
+/// results", has the measurements):
 /// - Sum of 8- and 16-bit integers, which polycoll defines modulo 2^bits, and
 ///   which Open MPI 4.1's AVX op component computes with saturating adds
 ///   (32767 + 1 == 32767: open-mpi/ompi#8045, closed wontfix);
 /// - Min and Max of unsigned integers: MPICH 4.0.2 compares MPI_UINT8_T ..
 ///   MPI_UINT64_T as signed (min(10, 200) on MPI_UINT8_T is 200; min(5,
 ///   2^63 + 5) on MPI_UINT64_T is 2^63 + 5), and so does Open MPI 4.1.4 for
-///   MPI_UNSIGNED_LONG; measured with a raw MPI_Allreduce (docs/mpi.md,
-///   "Predefined ops that compute wrong results"). Not worth a per-MPI
-///   exception: polycoll's unit is correct on every MPI.
+///   MPI_UNSIGNED_LONG. Not worth a per-MPI exception: polycoll's unit is
+///   correct on every MPI;
+/// - Min and Max of every floating dtype: polycoll's propagate NaN; MPICH
+///   4.0.2's and Open MPI 4.1's MPI_MIN/MPI_MAX return the other operand when
+///   the NaN is on one side of their compare, so a NaN of one rank is lost
+///   (3 ranks holding NaN, 1, 1: min is 1). Stated for the floating category,
+///   not f32/f64 by name, so that f16/bf16/fp8 keep polycoll's unit should
+///   they ever map to a native MPI type;
+/// - Prod of complex dtypes: polycoll's is the plain formula
+///   (kernels/reduce.hpp), both MPIs' the C Annex G product, which differs
+///   where the plain one is NaN in both parts ((inf+inf i)(1+0i) is
+///   (NaN, NaN) in polycoll and (inf, inf) in MPI).
+/// Sum, Avg (MPI_SUM, then polycoll's division) and Prod of the other native
+/// pairs agree with polycoll's unit on both MPIs, NaN and infinities included
+/// (the summation order aside, which no policy fixes).
 template <DType D, ReduceOp Op>
 inline constexpr bool builtin_unsafe =
     (Op == ReduceOp::Sum && (D == DType::I8 || D == DType::I16 || D == DType::U8 || D == DType::U16)) ||
     ((Op == ReduceOp::Min || Op == ReduceOp::Max) &&
-     (D == DType::U8 || D == DType::U16 || D == DType::U32 || D == DType::U64));
+     (D == DType::U8 || D == DType::U16 || D == DType::U32 || D == DType::U64 ||
+      dtype_tag<D>::category == DTypeCategory::floating)) ||
+    (Op == ReduceOp::Prod && dtype_tag<D>::category == DTypeCategory::complex);
 
 /// The predefined MPI_Op for (D, Op); Avg is a Sum followed by polycoll's
 /// division. Bool takes the logical ops (Sum/Max = or, Prod/Min = and).
