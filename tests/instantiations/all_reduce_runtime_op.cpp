@@ -1,6 +1,6 @@
 // One typed all_reduce of float with a run-time op on Threads: the op is
 // visited, the dtype is not, so only f32 paths may be instantiated.
-#include <polycoll/backends/threads.hpp>
+#include <polycoll/threads.hpp>
 
 #include <span>
 

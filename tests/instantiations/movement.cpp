@@ -1,6 +1,6 @@
 // Every typed movement call of float on Threads: none visits the dtype, so
 // only f32 paths may be instantiated.
-#include <polycoll/backends/threads.hpp>
+#include <polycoll/threads.hpp>
 
 #include <cstddef>
 #include <span>

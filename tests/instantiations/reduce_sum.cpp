@@ -1,6 +1,6 @@
 // One typed reduce of float with a compile-time op on Threads: only the
 // (f32, sum) backend path and kernels may be instantiated.
-#include <polycoll/backends/threads.hpp>
+#include <polycoll/threads.hpp>
 
 #include <span>
 
