@@ -337,13 +337,18 @@ void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::siz
   }
   // More sources than one loop fuses: fold them 4 at a time into one block of
   // dst, which stays in L1 between passes, so memory still sees every source
-  // read once and dst written once.
+  // read once and dst written once. The first and middle passes always fuse 4
+  // sources, so they name that one fold_pass instead of a run_pass over every
+  // count (for Avg pairs 6 loops fewer per pair). One binary loop per source
+  // (combine's) would instantiate fewer still, but measured 30-60% slower
+  // (docs/benchmarks.md, "Fewer kernel variants").
   constexpr std::size_t block = fold_block_bytes / sizeof(lane);
+  constexpr auto four = std::make_index_sequence<fuse>{};
   for (std::size_t off = 0; off < m; off += block) {
     const std::size_t len = m - off < block ? m - off : block;
-    run_pass<U, false, false>(fuse, out + off, srcs, off, len, d);
+    fold_pass<U, false, false>(out + off, srcs, off, len, d, four);
     std::size_t j = fuse;
-    for (; k - j > fuse; j += fuse) run_pass<U, true, false>(fuse, out + off, srcs + j, off, len, d);
+    for (; k - j > fuse; j += fuse) fold_pass<U, true, false>(out + off, srcs + j, off, len, d, four);
     run_pass<U, true, Avg>(k - j, out + off, srcs + j, off, len, d);
   }
 }
