@@ -595,7 +595,16 @@ class Communicator {
 
   /// An Error about call `c` spelled with this rank, world and backend.
   [[nodiscard]] Error error(Errc code, const detail::CallDesc& c, std::string_view what, int native = 0) const {
-    return detail::call_error(code, c, rank(), world_size(), Backend::backend_name, what, native);
+    return detail::call_error(code, c, rank(), world_size(), name_of_backend(), what, native);
+  }
+
+  // A backend's static `backend_name`; AnyCommunicator's is its held backend's, known at run time.
+  [[nodiscard]] std::string_view name_of_backend() const noexcept {
+    if constexpr (requires { self().backend_name(); }) {
+      return self().backend_name();
+    } else {
+      return Backend::backend_name;
+    }
   }
 
  private:
