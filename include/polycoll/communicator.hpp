@@ -598,7 +598,7 @@ class Communicator {
     return detail::call_error(code, c, rank(), world_size(), name_of_backend(), what, native);
   }
 
-  // A backend's static `backend_name`; AnyCommunicator's is its held backend's, known at run time.
+  /// The backend's static `backend_name`, or AnyCommunicator's run-time `backend_name()` (its held backend's).
   [[nodiscard]] std::string_view name_of_backend() const noexcept {
     if constexpr (requires { self().backend_name(); }) {
       return self().backend_name();
