@@ -1,6 +1,7 @@
 // combine_n with more sources than one loop fuses (k = 5..8, the Threads
 // fold above 4 ranks): GB/s of source data folded per second, best of 5 rounds.
 //   ninja -C build benchmarks/fold_many && build/benchmarks/fold_many
+// (docs/benchmarks.md, "Fewer kernel variants", has the command of its figures).
 #include <polycoll/kernels/reduce.hpp>
 
 #include <algorithm>
