@@ -2,7 +2,7 @@
 //   mpiexec -n 4 heat_mpi [nx ny iterations]
 // Every rank checks the gathered grid against the serial answer; the exit
 // status is non-zero on every rank when any rank's check fails.
-#include <polycoll/backends/mpi.hpp>
+#include <polycoll/mpi.hpp>
 
 #include <cstdio>
 

@@ -1,5 +1,5 @@
 // The heat equation on the Threads backend: `heat_threads [ranks]`.
-#include <polycoll/backends/threads.hpp>
+#include <polycoll/threads.hpp>
 
 #include <atomic>
 #include <cstdio>

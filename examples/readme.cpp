@@ -1,4 +1,4 @@
-#include <polycoll/polycoll.hpp>
+#include <polycoll/threads.hpp>
 #include <cstdio>
 #include <vector>
 

@@ -1,5 +1,5 @@
 // Data-parallel training on the Mpi backend: `mpiexec -n 4 train_mpi [--op avg|sum]`.
-#include <polycoll/backends/mpi.hpp>
+#include <polycoll/mpi.hpp>
 
 #include <cstdio>
 

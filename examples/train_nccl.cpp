@@ -14,7 +14,7 @@
 // bucket b-1 while bucket b is uploaded, reduced and downloaded. finish()
 // waits once, for the last download. The "waiting in finish()" time printed
 // is the communication the compute did not hide.
-#include <polycoll/backends/nccl.hpp>
+#include <polycoll/nccl.hpp>
 
 #include <cuda_runtime.h>
 

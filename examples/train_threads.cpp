@@ -1,5 +1,5 @@
 // Data-parallel training on the Threads backend: `train_threads [ranks] [--op avg|sum]`.
-#include <polycoll/backends/threads.hpp>
+#include <polycoll/threads.hpp>
 
 #include <atomic>
 #include <charconv>

@@ -1,5 +1,5 @@
 // examples/tutorial/cluster.cpp: one rank per MPI process, on one machine or many.
-#include <polycoll/backends/mpi.hpp>
+#include <polycoll/mpi.hpp>
 
 #include <cstdio>
 

@@ -1,5 +1,5 @@
 // examples/tutorial/one.cpp: one rank, no communication library at all.
-#include <polycoll/backends/noop.hpp>
+#include <polycoll/noop.hpp>
 
 #include <cstdio>
 

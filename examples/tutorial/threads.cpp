@@ -1,5 +1,5 @@
 // examples/tutorial/threads.cpp: four ranks as four threads of one process.
-#include <polycoll/backends/threads.hpp>
+#include <polycoll/threads.hpp>
 
 #include <atomic>
 #include <cstdio>

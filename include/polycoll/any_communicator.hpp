@@ -20,6 +20,14 @@ namespace polycoll {
 
 class AnyCommunicator;
 
+/// AnyCommunicator moves every dtype: whether the held backend does is its
+/// own run-time answer (Errc::unsupported), as on the seed surface.
+template <DType D>
+struct supports_dtype<AnyCommunicator, D> : std::true_type {};
+/// AnyCommunicator reduces every valid pair; see supports_dtype<AnyCommunicator, D>.
+template <DType D, ReduceOp Op>
+struct supports_reduction<AnyCommunicator, D, Op> : std::true_type {};
+
 namespace detail {
 using Counts = std::span<const std::size_t>;
 // One table of function pointers per backend type (AnyCommunicator's).
@@ -51,9 +59,30 @@ struct AnyVTable {
 };
 }  // namespace detail
 
-/// A type-erased communicator exposing the seed surface.
-class AnyCommunicator {
+/// A type-erased communicator. Its seed surface forwards through one table
+/// per backend type; as a `Communicator<AnyCommunicator>` it also has the
+/// typed surface, whose calls check their spans and then take the same table
+/// (so generic code taking `Communicator<B>&` accepts it).
+class AnyCommunicator : public Communicator<AnyCommunicator> {
+  using Base = Communicator<AnyCommunicator>;
+
  public:
+  // The typed surface of Communicator; the seed overloads declared below hide
+  // the base's, so seed calls go straight to the table.
+  using Base::all_gather;
+  using Base::all_gather_v;
+  using Base::all_reduce;
+  using Base::all_to_all;
+  using Base::all_to_all_v;
+  using Base::broadcast;
+  using Base::gather;
+  using Base::recv;
+  using Base::reduce;
+  using Base::reduce_scatter;
+  using Base::scatter;
+  using Base::send;
+  using Base::send_recv;
+
   /// Takes ownership of a backend: `AnyCommunicator any{std::move(comm)};`
   template <class B>
     requires(CommunicatorBackend<std::remove_cvref_t<B>> && !std::is_lvalue_reference_v<B>)
@@ -62,7 +91,9 @@ class AnyCommunicator {
 
   /// Takes over `other`'s backend; `other` is left empty (has_value() is false).
   AnyCommunicator(AnyCommunicator&& other) noexcept
-      : object_(std::exchange(other.object_, nullptr)), vtable_(std::exchange(other.vtable_, &empty_vtable)) {}
+      : Base(std::move(other)),
+        object_(std::exchange(other.object_, nullptr)),
+        vtable_(std::exchange(other.vtable_, &empty_vtable)) {}
   /// Releases the held backend (drop contract), then takes over `other`'s.
   AnyCommunicator& operator=(AnyCommunicator&& other) noexcept {
     if (this != &other) {
@@ -204,8 +235,76 @@ class AnyCommunicator {
   }
 
  private:
+  friend class Communicator<AnyCommunicator>;
   using Counts = detail::Counts;
   using VTable = detail::AnyVTable;
+
+  // The backend interface of Communicator<AnyCommunicator>: after the typed
+  // call's checks, each *_impl goes through the table like the seed call.
+  std::size_t world_size_impl() const noexcept { return world_size(); }
+  std::size_t rank_impl() const noexcept { return rank(); }
+  template <class T>
+  static std::uint64_t addr(T* p) noexcept {
+    return detail::to_address(p);
+  }
+  static Counts counts_of(const detail::VLayout& l) noexcept { return Counts(l.counts, l.n); }
+  static Counts displs_of(const detail::VLayout& l) noexcept { return l.displs ? Counts(l.displs, l.n) : Counts{}; }
+
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_impl(dtype_tag<D>, op_tag<Op>, T* buf, std::size_t count) {
+    return all_reduce(addr(buf), count, D, Op);
+  }
+  template <DType D, class T>
+  Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
+    return broadcast(addr(buf), count, D, root);
+  }
+  template <DType D, class T>
+  Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+    return all_gather(addr(send), addr(recv), count, D);
+  }
+  template <DType D, ReduceOp Op, class T>
+  Status reduce_scatter_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
+    return reduce_scatter(addr(send), addr(recv), count, D, Op);
+  }
+  template <DType D, class T>
+  Status send_impl(dtype_tag<D>, const T* buf, std::size_t count, std::size_t dest, std::uint32_t tag) {
+    return send(addr(buf), count, D, dest, tag);
+  }
+  template <DType D, class T>
+  Status recv_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t src, std::uint32_t tag) {
+    return recv(addr(buf), count, D, src, tag);
+  }
+  template <DType D, ReduceOp Op, class T>
+  Status reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count, std::size_t root) {
+    return reduce(addr(send), addr(recv), count, D, Op, root);
+  }
+  template <DType D, class T>
+  Status gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+    return gather(addr(send), addr(recv), count, D, root);
+  }
+  template <DType D, class T>
+  Status scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+    return scatter(addr(send), addr(recv), count, D, root);
+  }
+  template <DType D, class T>
+  Status all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+    return all_to_all(addr(send), addr(recv), count, D);
+  }
+  template <DType D, class T>
+  Status all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv, const detail::VLayout& l) {
+    return all_gather_v(addr(send), send_count, addr(recv), counts_of(l), displs_of(l), D);
+  }
+  template <DType D, class T>
+  Status all_to_all_v_impl(dtype_tag<D>, const T* send, const detail::VLayout& sl, T* recv,
+                           const detail::VLayout& rl) {
+    return all_to_all_v(addr(send), counts_of(sl), displs_of(sl), addr(recv), counts_of(rl), displs_of(rl), D);
+  }
+  Status group_start_impl() { return group_start(); }
+  Status group_end_impl() { return group_end(); }
+  Status sync_impl() { return sync(); }
+  Status barrier_impl() { return barrier(); }
+  Result<std::optional<AnyCommunicator>> split_impl(std::uint32_t color, std::uint32_t key) { return split(color, key); }
+  StreamSyncOps* as_stream_sync_impl() noexcept { return as_stream_sync(); }
 
 
   template <class B>

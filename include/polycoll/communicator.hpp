@@ -107,75 +107,51 @@ class Communicator {
   [[nodiscard]] std::size_t rank() const noexcept { return self().rank_impl(); }
 
   // ---------------------------------------------------------------- seed surface
+  // Each call runs its check_<call> (the checks it shares with the typed
+  // surface), turns the run-time (DType, ReduceOp) into tags, and hands the
+  // tags to <call>_tagged, the one place that calls the backend.
 
   /// In-place all-reduce of `count` elements at `ptr`.
   [[nodiscard]] Status all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op) {
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, dtype, op);
-    if (auto s = check_buffer(c, ptr, count, dtype, 1, "buffer"); !s) return s;
-    return dispatch_reduction(c, [&](auto d, auto o) {
-      using T = typename decltype(d)::type;
-      return self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count);
-    });
+    if (auto s = check_all_reduce(c, ptr, count, dtype); !s) return s;
+    return dispatch_reduction(c, [&](auto d, auto o) { return all_reduce_tagged(d, o, ptr, count); });
   }
 
   /// In-place broadcast of `count` elements at `ptr` from `root`.
   [[nodiscard]] Status broadcast(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t root) {
     const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, dtype, root);
-    if (auto s = check_rank(c, root, "root"); !s) return s;
-    if (auto s = check_buffer(c, ptr, count, dtype, 1, "buffer"); !s) return s;
-    return dispatch_movement(c, [&](auto d) {
-      using T = typename decltype(d)::type;
-      return self().broadcast_impl(d, detail::to_ptr<T>(ptr), count, root);
-    });
+    if (auto s = check_broadcast(c, ptr, count, dtype, root); !s) return s;
+    return dispatch_movement(c, [&](auto d) { return broadcast_tagged(d, ptr, count, root); });
   }
 
   /// Gathers `count` elements from every rank into `recv` (count * world_size, rank order).
   [[nodiscard]] Status all_gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
     const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, dtype);
-    if (auto s = check_buffer(c, send, count, dtype, 1, "send buffer"); !s) return s;
-    if (auto s = check_buffer(c, recv, count, dtype, world_size(), "recv buffer"); !s) return s;
-    if (auto s = check_in_block(c, send, recv, count, world_size(), rank(), "send buffer", "recv buffer"); !s)
-      return s;
-    return dispatch_movement(c, [&](auto d) {
-      using T = typename decltype(d)::type;
-      return self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
-    });
+    if (auto s = check_all_gather(c, send, recv, count, dtype); !s) return s;
+    return dispatch_movement(c, [&](auto d) { return all_gather_tagged(d, send, recv, count); });
   }
 
   /// Reduces `send` (count * world_size) and leaves block `rank()` (count elements) in `recv`.
   [[nodiscard]] Status reduce_scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
                                       ReduceOp op) {
     const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, dtype, op);
-    if (auto s = check_buffer(c, send, count, dtype, world_size(), "send buffer"); !s) return s;
-    if (auto s = check_buffer(c, recv, count, dtype, 1, "recv buffer"); !s) return s;
-    if (auto s = check_in_block(c, recv, send, count, world_size(), rank(), "recv buffer", "send buffer"); !s)
-      return s;
-    return dispatch_reduction(c, [&](auto d, auto o) {
-      using T = typename decltype(d)::type;
-      return self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
-    });
+    if (auto s = check_reduce_scatter(c, send, recv, count, dtype); !s) return s;
+    return dispatch_reduction(c, [&](auto d, auto o) { return reduce_scatter_tagged(d, o, send, recv, count); });
   }
 
   /// Non-blocking send of `count` elements to `dest`; complete after sync().
   [[nodiscard]] Status send(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t dest, std::uint32_t tag) {
     const auto c = detail::CallDesc::p2p(detail::Call::send, count, dtype, dest, tag);
-    if (auto s = check_rank(c, dest, "dest"); !s) return s;
-    if (auto s = check_buffer(c, ptr, count, dtype, 1, "buffer"); !s) return s;
-    return dispatch_movement(c, [&](auto d) {
-      using T = typename decltype(d)::type;
-      return self().send_impl(d, detail::to_ptr<const T>(ptr), count, dest, tag);
-    });
+    if (auto s = check_p2p(c, ptr, count, dtype, dest, "dest"); !s) return s;
+    return dispatch_movement(c, [&](auto d) { return send_tagged(d, ptr, count, dest, tag); });
   }
 
   /// Non-blocking receive of `count` elements from `src`; complete after sync().
   [[nodiscard]] Status recv(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t src, std::uint32_t tag) {
     const auto c = detail::CallDesc::p2p(detail::Call::recv, count, dtype, src, tag);
-    if (auto s = check_rank(c, src, "src"); !s) return s;
-    if (auto s = check_buffer(c, ptr, count, dtype, 1, "buffer"); !s) return s;
-    return dispatch_movement(c, [&](auto d) {
-      using T = typename decltype(d)::type;
-      return self().recv_impl(d, detail::to_ptr<T>(ptr), count, src, tag);
-    });
+    if (auto s = check_p2p(c, ptr, count, dtype, src, "src"); !s) return s;
+    return dispatch_movement(c, [&](auto d) { return recv_tagged(d, ptr, count, src, tag); });
   }
 
   /// Reduces `count` elements of every rank's `send` into `recv` on `root`.
@@ -183,19 +159,9 @@ class Communicator {
   /// root when `recv == send`.
   [[nodiscard]] Status reduce(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype, ReduceOp op,
                               std::size_t root) {
-    auto c = detail::CallDesc::reduction(detail::Call::reduce, count, dtype, op);
-    c.root = root;
-    if (auto s = check_rooted(c, send, recv, count, 1, root, "send buffer", "recv buffer"); !s) return s;
-    return dispatch_reduction(c, [&](auto d, auto o) {
-      using T = typename decltype(d)::type;
-      const T* s = detail::to_ptr<const T>(send);
-      T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
-      if constexpr (requires { self().reduce_impl(d, o, s, r, count, root); }) {
-        return self().reduce_impl(d, o, s, r, count, root);
-      } else {
-        return not_implemented(c);
-      }
-    });
+    const auto c = reduce_desc(count, dtype, op, root);
+    if (auto s = check_reduce(c, send, recv, count, root); !s) return s;
+    return dispatch_reduction(c, [&](auto d, auto o) { return reduce_tagged(c, d, o, send, recv, count, root); });
   }
 
   /// Gathers `count` elements from every rank into `recv` on `root`
@@ -204,17 +170,8 @@ class Communicator {
   [[nodiscard]] Status gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
                               std::size_t root) {
     const auto c = detail::CallDesc::rooted(detail::Call::gather, count, dtype, root);
-    if (auto s = check_rooted(c, send, recv, count, world_size(), root, "send buffer", "recv buffer"); !s) return s;
-    return dispatch_movement(c, [&](auto d) {
-      using T = typename decltype(d)::type;
-      const T* s = detail::to_ptr<const T>(send);
-      T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
-      if constexpr (requires { self().gather_impl(d, s, r, count, root); }) {
-        return self().gather_impl(d, s, r, count, root);
-      } else {
-        return not_implemented(c);
-      }
-    });
+    if (auto s = check_gather(c, send, recv, count, root); !s) return s;
+    return dispatch_movement(c, [&](auto d) { return gather_tagged(c, d, send, recv, count, root); });
   }
 
   /// Sends block q of `send` on `root` (count * world_size) to rank q's `recv`
@@ -223,37 +180,16 @@ class Communicator {
   [[nodiscard]] Status scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
                                std::size_t root) {
     const auto c = detail::CallDesc::rooted(detail::Call::scatter, count, dtype, root);
-    if (auto s = check_rooted(c, recv, send, count, world_size(), root, "recv buffer", "send buffer"); !s) return s;
-    return dispatch_movement(c, [&](auto d) {
-      using T = typename decltype(d)::type;
-      const T* s = rank() == root ? detail::to_ptr<const T>(send) : nullptr;
-      T* r = detail::to_ptr<T>(recv);
-      if constexpr (requires { self().scatter_impl(d, s, r, count, root); }) {
-        return self().scatter_impl(d, s, r, count, root);
-      } else {
-        return not_implemented(c);
-      }
-    });
+    if (auto s = check_scatter(c, send, recv, count, root); !s) return s;
+    return dispatch_movement(c, [&](auto d) { return scatter_tagged(c, d, send, recv, count, root); });
   }
 
   /// Block q of `send` (count elements) goes to rank q, which stores it as block
   /// `rank()` of its `recv`; both hold count * world_size elements and must not overlap.
   [[nodiscard]] Status all_to_all(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
     const auto c = detail::CallDesc::movement(detail::Call::all_to_all, count, dtype);
-    if (auto s = check_buffer(c, send, count, dtype, world_size(), "send buffer"); !s) return s;
-    if (auto s = check_buffer(c, recv, count, dtype, world_size(), "recv buffer"); !s) return s;
-    const std::size_t bytes = count * world_size() * (is_known(dtype) ? size_of(dtype) : 1);
-    if (auto s = check_disjoint(c, send, bytes, recv, bytes); !s) return s;
-    return dispatch_movement(c, [&](auto d) {
-      using T = typename decltype(d)::type;
-      const T* s = detail::to_ptr<const T>(send);
-      T* r = detail::to_ptr<T>(recv);
-      if constexpr (requires { self().all_to_all_impl(d, s, r, count); }) {
-        return self().all_to_all_impl(d, s, r, count);
-      } else {
-        return not_implemented(c);
-      }
-    });
+    if (auto s = check_all_to_all(c, send, recv, count, dtype); !s) return s;
+    return dispatch_movement(c, [&](auto d) { return all_to_all_tagged(c, d, send, recv, count); });
   }
 
   /// all_gather with per-rank counts: rank q contributes `recv_counts[q]`
@@ -264,35 +200,10 @@ class Communicator {
   [[nodiscard]] Status all_gather_v(std::uint64_t send, std::size_t send_count, std::uint64_t recv,
                                     std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
                                     DType dtype) {
-    auto c = detail::CallDesc::movement(detail::Call::all_gather_v, send_count, dtype);
-    if (recv_counts.size() == world_size()) {
-      c.count = 0;
-      for (std::size_t n : recv_counts) c.count += n;
-    }
-    std::size_t extent = 0;
-    if (auto s = check_v(c, recv_counts, displs, "recv_counts", "displs", extent); !s) return s;
-    if (recv_counts[rank()] != send_count) {
-      return tl::unexpected(error(Errc::invalid_argument, c,
-                                  detail::cat("send_count ", send_count, " differs from recv_counts[", rank(),
-                                              "] = ", recv_counts[rank()])));
-    }
-    if (auto s = check_buffer(c, send, send_count, dtype, 1, "send buffer"); !s) return s;
-    if (auto s = check_buffer(c, recv, extent, dtype, 1, "recv buffer"); !s) return s;
-    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
-    const detail::VLayout layout{recv_counts.data(), displs.empty() ? nullptr : displs.data(), world_size()};
-    if (send != recv + layout.displ(rank()) * elem) {
-      if (auto s = check_disjoint(c, send, send_count * elem, recv, extent * elem); !s) return s;
-    }
-    return dispatch_movement(c, [&](auto d) {
-      using T = typename decltype(d)::type;
-      const T* s = detail::to_ptr<const T>(send);
-      T* r = detail::to_ptr<T>(recv);
-      if constexpr (requires { self().all_gather_v_impl(d, s, send_count, r, layout); }) {
-        return self().all_gather_v_impl(d, s, send_count, r, layout);
-      } else {
-        return not_implemented(c);
-      }
-    });
+    const auto c = all_gather_v_desc(send_count, recv_counts, dtype);
+    if (auto s = check_all_gather_v(c, send, send_count, recv, recv_counts, displs, dtype); !s) return s;
+    const detail::VLayout layout = layout_of(recv_counts, displs);
+    return dispatch_movement(c, [&](auto d) { return all_gather_v_tagged(c, d, send, send_count, recv, layout); });
   }
 
   /// all_to_all with per-rank counts: `send_counts[q]` elements at offset
@@ -304,27 +215,12 @@ class Communicator {
                                     std::span<const std::size_t> send_displs, std::uint64_t recv,
                                     std::span<const std::size_t> recv_counts,
                                     std::span<const std::size_t> recv_displs, DType dtype) {
-    auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, dtype);
-    std::size_t send_extent = 0, recv_extent = 0;
-    if (auto s = check_v(c, send_counts, send_displs, "send_counts", "send_displs", send_extent); !s) return s;
-    if (auto s = check_v(c, recv_counts, recv_displs, "recv_counts", "recv_displs", recv_extent); !s) return s;
-    if (auto s = check_buffer(c, send, send_extent, dtype, 1, "send buffer"); !s) return s;
-    if (auto s = check_buffer(c, recv, recv_extent, dtype, 1, "recv buffer"); !s) return s;
-    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
-    if (auto s = check_disjoint(c, send, send_extent * elem, recv, recv_extent * elem); !s) return s;
-    const std::size_t w = world_size();
-    const detail::VLayout sl{send_counts.data(), send_displs.empty() ? nullptr : send_displs.data(), w};
-    const detail::VLayout rl{recv_counts.data(), recv_displs.empty() ? nullptr : recv_displs.data(), w};
-    return dispatch_movement(c, [&](auto d) {
-      using T = typename decltype(d)::type;
-      const T* s = detail::to_ptr<const T>(send);
-      T* r = detail::to_ptr<T>(recv);
-      if constexpr (requires { self().all_to_all_v_impl(d, s, sl, r, rl); }) {
-        return self().all_to_all_v_impl(d, s, sl, r, rl);
-      } else {
-        return not_implemented(c);
-      }
-    });
+    const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, dtype);
+    if (auto s = check_all_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype); !s)
+      return s;
+    const detail::VLayout sl = layout_of(send_counts, send_displs);
+    const detail::VLayout rl = layout_of(recv_counts, recv_displs);
+    return dispatch_movement(c, [&](auto d) { return all_to_all_v_tagged(c, d, send, sl, recv, rl); });
   }
 
   /// send to `dest` and recv from `src` as one group (non-blocking, complete
@@ -332,12 +228,7 @@ class Communicator {
   [[nodiscard]] Status send_recv(std::uint64_t send, std::size_t send_count, std::size_t dest, std::uint64_t recv,
                                  std::size_t recv_count, std::size_t src, DType dtype, std::uint32_t tag) {
     const auto c = detail::CallDesc::p2p(detail::Call::send_recv, send_count, dtype, dest, tag);
-    if (auto s = check_rank(c, dest, "dest"); !s) return s;
-    if (auto s = check_rank(c, src, "src"); !s) return s;
-    if (auto s = check_buffer(c, send, send_count, dtype, 1, "send buffer"); !s) return s;
-    if (auto s = check_buffer(c, recv, recv_count, dtype, 1, "recv buffer"); !s) return s;
-    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
-    if (auto s = check_disjoint(c, send, send_count * elem, recv, recv_count * elem); !s) return s;
+    if (auto s = check_send_recv(c, send, send_count, dest, recv, recv_count, src, dtype); !s) return s;
     if (auto s = group_start(); !s) return s;
     Status sent = this->send(send, send_count, dtype, dest, tag);
     Status received = sent ? this->recv(recv, recv_count, dtype, src, tag) : Status{};
@@ -384,6 +275,11 @@ class Communicator {
   }
 
   // ---------------------------------------------------------------- typed surface
+  // The element type fixes the dtype, so a typed call never visits the dtype:
+  // after its span checks and the seed call's own check_<call> it hands
+  // dtype_tag<D> (and op_tag<Op>, or a visit of the run-time op alone) to
+  // <call>_tagged. A call instantiates the backend and kernels of its one
+  // element type only.
 
   /// In-place all-reduce with a compile-time op: `comm.all_reduce(std::span(v), polycoll::sum)`.
   template <detail::buffer_range R, ReduceOp Op>
@@ -398,9 +294,10 @@ class Communicator {
     static_assert(supports_reduction_v<Backend, D, Op>,
                   "polycoll::Communicator::all_reduce: the backend does not support this (element type, op) pair");
     const std::span<T> s(buf);
+    const std::uint64_t p = detail::to_address(s.data());
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, s.size(), D, Op);
-    if (auto st = check_buffer(c, detail::to_address(s.data()), s.size(), D, 1, "buffer"); !st) return st;
-    return self().all_reduce_impl(dtype_tag<D>{}, op, s.data(), s.size());
+    if (auto st = check_all_reduce(c, p, s.size(), D); !st) return st;
+    return all_reduce_tagged(dtype_tag<D>{}, op, p, s.size());
   }
 
   /// In-place all-reduce with a run-time op (checked at run time).
@@ -409,8 +306,12 @@ class Communicator {
     using T = detail::range_element_t<R>;
     static_assert(!std::is_const_v<T>, "polycoll::Communicator::all_reduce: the buffer is written; pass a mutable span");
     detail::check_element_type<T>();
+    constexpr DType D = dtype_of_v<T>;
     const std::span<T> s(buf);
-    return all_reduce(detail::to_address(s.data()), s.size(), dtype_of_v<T>, op);
+    const std::uint64_t p = detail::to_address(s.data());
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, s.size(), D, op);
+    if (auto st = check_all_reduce(c, p, s.size(), D); !st) return st;
+    return dispatch_op<D>(c, [&](auto o) { return all_reduce_tagged(dtype_tag<D>{}, o, p, s.size()); });
   }
 
   /// In-place broadcast from `root`.
@@ -419,8 +320,12 @@ class Communicator {
     using T = detail::range_element_t<R>;
     static_assert(!std::is_const_v<T>, "polycoll::Communicator::broadcast: the buffer is written; pass a mutable span");
     check_movable<T>();
+    constexpr DType D = dtype_of_v<T>;
     const std::span<T> s(buf);
-    return broadcast(detail::to_address(s.data()), s.size(), dtype_of_v<T>, root);
+    const std::uint64_t p = detail::to_address(s.data());
+    const auto c = detail::CallDesc::rooted(detail::Call::broadcast, s.size(), D, root);
+    if (auto st = check_broadcast(c, p, s.size(), D, root); !st) return st;
+    return broadcast_tagged(dtype_tag<D>{}, p, s.size(), root);
   }
 
   /// all_gather: `recv.size()` must be `send.size() * world_size()`.
@@ -431,11 +336,14 @@ class Communicator {
     static_assert(std::is_same_v<TS, TR>, "polycoll::Communicator::all_gather: send and recv element types differ");
     static_assert(!std::is_const_v<TR>, "polycoll::Communicator::all_gather: recv is written; pass a mutable span");
     check_movable<TR>();
+    constexpr DType D = dtype_of_v<TR>;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
-    const auto c = detail::CallDesc::movement(detail::Call::all_gather, s.size(), dtype_of_v<TR>);
+    const auto c = detail::CallDesc::movement(detail::Call::all_gather, s.size(), D);
     if (auto st = check_span_sizes(c, r.size(), s.size(), "recv.size()", "send.size()"); !st) return st;
-    return all_gather(detail::to_address(s.data()), detail::to_address(r.data()), s.size(), dtype_of_v<TR>);
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    if (auto st = check_all_gather(c, sa, ra, s.size(), D); !st) return st;
+    return all_gather_tagged(dtype_tag<D>{}, sa, ra, s.size());
   }
 
   /// reduce_scatter with a compile-time op: `send.size()` must be `recv.size() * world_size()`.
@@ -452,18 +360,10 @@ class Communicator {
                   "(min/max on complex, avg on integers or bool)");
     static_assert(supports_reduction_v<Backend, D, Op>,
                   "polycoll::Communicator::reduce_scatter: the backend does not support this (element type, op) pair");
-    const std::span<const TS> s(send);
-    const std::span<TR> r(recv);
-    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, r.size(), D, Op);
-    if (auto st = check_span_sizes(c, s.size(), r.size(), "send.size()", "recv.size()"); !st) return st;
-    if (auto st = check_buffer(c, detail::to_address(s.data()), r.size(), D, world_size(), "send buffer"); !st)
-      return st;
-    if (auto st = check_buffer(c, detail::to_address(r.data()), r.size(), D, 1, "recv buffer"); !st) return st;
-    if (auto st = check_in_block(c, detail::to_address(r.data()), detail::to_address(s.data()), r.size(), world_size(),
-                                 rank(), "recv buffer", "send buffer");
-        !st)
-      return st;
-    return self().reduce_scatter_impl(dtype_tag<D>{}, op, s.data(), r.data(), r.size());
+    return reduce_scatter_typed(std::span<const TS>(send), std::span<TR>(recv), Op,
+                                [&](const detail::CallDesc&, auto... a) {
+      return reduce_scatter_tagged(dtype_tag<D>{}, op, a...);
+    });
   }
 
   /// reduce_scatter with a run-time op.
@@ -474,11 +374,11 @@ class Communicator {
     static_assert(std::is_same_v<TS, TR>, "polycoll::Communicator::reduce_scatter: send and recv element types differ");
     static_assert(!std::is_const_v<TR>, "polycoll::Communicator::reduce_scatter: recv is written; pass a mutable span");
     detail::check_element_type<TR>();
-    const std::span<const TS> s(send);
-    const std::span<TR> r(recv);
-    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, r.size(), dtype_of_v<TR>, op);
-    if (auto st = check_span_sizes(c, s.size(), r.size(), "send.size()", "recv.size()"); !st) return st;
-    return reduce_scatter(detail::to_address(s.data()), detail::to_address(r.data()), r.size(), dtype_of_v<TR>, op);
+    constexpr DType D = dtype_of_v<TR>;
+    return reduce_scatter_typed(std::span<const TS>(send), std::span<TR>(recv), op,
+                                [&](const detail::CallDesc& c, auto... a) {
+      return dispatch_op<D>(c, [&](auto o) { return reduce_scatter_tagged(dtype_tag<D>{}, o, a...); });
+    });
   }
 
   /// Non-blocking typed send.
@@ -486,8 +386,12 @@ class Communicator {
   [[nodiscard]] Status send(R&& buf, std::size_t dest, std::uint32_t tag) {
     using T = detail::range_value_t<R>;
     check_movable<T>();
+    constexpr DType D = dtype_of_v<T>;
     const std::span<const T> s(buf);
-    return send(detail::to_address(s.data()), s.size(), dtype_of_v<T>, dest, tag);
+    const std::uint64_t p = detail::to_address(s.data());
+    const auto c = detail::CallDesc::p2p(detail::Call::send, s.size(), D, dest, tag);
+    if (auto st = check_p2p(c, p, s.size(), D, dest, "dest"); !st) return st;
+    return send_tagged(dtype_tag<D>{}, p, s.size(), dest, tag);
   }
 
   /// Non-blocking typed receive.
@@ -496,14 +400,18 @@ class Communicator {
     using T = detail::range_element_t<R>;
     static_assert(!std::is_const_v<T>, "polycoll::Communicator::recv: the buffer is written; pass a mutable span");
     check_movable<T>();
+    constexpr DType D = dtype_of_v<T>;
     const std::span<T> s(buf);
-    return recv(detail::to_address(s.data()), s.size(), dtype_of_v<T>, src, tag);
+    const std::uint64_t p = detail::to_address(s.data());
+    const auto c = detail::CallDesc::p2p(detail::Call::recv, s.size(), D, src, tag);
+    if (auto st = check_p2p(c, p, s.size(), D, src, "src"); !st) return st;
+    return recv_tagged(dtype_tag<D>{}, p, s.size(), src, tag);
   }
 
   /// Typed reduce with a compile-time op: on the root `recv.size()` must be
   /// `send.size()`; elsewhere `recv` is not used (pass an empty span).
   template <detail::buffer_range S, detail::buffer_range R, ReduceOp Op>
-  [[nodiscard]] Status reduce(S&& send, R&& recv, op_tag<Op>, std::size_t root) {
+  [[nodiscard]] Status reduce(S&& send, R&& recv, op_tag<Op> op, std::size_t root) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("reduce");
@@ -513,7 +421,10 @@ class Communicator {
                   "(min/max on complex, avg on integers or bool)");
     static_assert(supports_reduction_v<Backend, D, Op>,
                   "polycoll::Communicator::reduce: the backend does not support this (element type, op) pair");
-    return reduce(send, recv, Op, root);
+    return reduce_typed(std::span<const TS>(send), std::span<TR>(recv), Op, root,
+                        [&](const detail::CallDesc& c, auto... a) {
+      return reduce_tagged(c, dtype_tag<D>{}, op, a...);
+    });
   }
 
   /// Typed reduce with a run-time op.
@@ -522,14 +433,11 @@ class Communicator {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("reduce");
-    const std::span<const TS> s(send);
-    const std::span<TR> r(recv);
-    auto c = detail::CallDesc::reduction(detail::Call::reduce, s.size(), dtype_of_v<TR>, op);
-    c.root = root;
-    if (rank() == root) {
-      if (auto st = check_span_sizes(c, r.size(), s.size(), "recv.size()", "send.size()", 1); !st) return st;
-    }
-    return reduce(detail::to_address(s.data()), detail::to_address(r.data()), s.size(), dtype_of_v<TR>, op, root);
+    constexpr DType D = dtype_of_v<TR>;
+    return reduce_typed(std::span<const TS>(send), std::span<TR>(recv), op, root,
+                        [&](const detail::CallDesc& c, auto... a) {
+      return dispatch_op<D>(c, [&](auto o) { return reduce_tagged(c, dtype_tag<D>{}, o, a...); });
+    });
   }
 
   /// Typed gather: on the root `recv.size()` must be `send.size() * world_size()`.
@@ -539,13 +447,16 @@ class Communicator {
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("gather");
     check_movable<TR>();
+    constexpr DType D = dtype_of_v<TR>;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
-    const auto c = detail::CallDesc::rooted(detail::Call::gather, s.size(), dtype_of_v<TR>, root);
+    const auto c = detail::CallDesc::rooted(detail::Call::gather, s.size(), D, root);
     if (rank() == root) {
       if (auto st = check_span_sizes(c, r.size(), s.size(), "recv.size()", "send.size()"); !st) return st;
     }
-    return gather(detail::to_address(s.data()), detail::to_address(r.data()), s.size(), dtype_of_v<TR>, root);
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    if (auto st = check_gather(c, sa, ra, s.size(), root); !st) return st;
+    return gather_tagged(c, dtype_tag<D>{}, sa, ra, s.size(), root);
   }
 
   /// Typed scatter: on the root `send.size()` must be `recv.size() * world_size()`.
@@ -555,13 +466,16 @@ class Communicator {
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("scatter");
     check_movable<TR>();
+    constexpr DType D = dtype_of_v<TR>;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
-    const auto c = detail::CallDesc::rooted(detail::Call::scatter, r.size(), dtype_of_v<TR>, root);
+    const auto c = detail::CallDesc::rooted(detail::Call::scatter, r.size(), D, root);
     if (rank() == root) {
       if (auto st = check_span_sizes(c, s.size(), r.size(), "send.size()", "recv.size()"); !st) return st;
     }
-    return scatter(detail::to_address(s.data()), detail::to_address(r.data()), r.size(), dtype_of_v<TR>, root);
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    if (auto st = check_scatter(c, sa, ra, r.size(), root); !st) return st;
+    return scatter_tagged(c, dtype_tag<D>{}, sa, ra, r.size(), root);
   }
 
   /// Typed all_to_all: `send.size() == recv.size()`, a multiple of `world_size()`.
@@ -571,16 +485,19 @@ class Communicator {
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("all_to_all");
     check_movable<TR>();
+    constexpr DType D = dtype_of_v<TR>;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
     const std::size_t w = std::max<std::size_t>(world_size(), 1);
-    const auto c = detail::CallDesc::movement(detail::Call::all_to_all, r.size() / w, dtype_of_v<TR>);
+    const auto c = detail::CallDesc::movement(detail::Call::all_to_all, r.size() / w, D);
     if (s.size() != r.size() || r.size() % w != 0) {
       return tl::unexpected(error(Errc::invalid_argument, c,
                                   detail::cat("send.size() ", s.size(), " and recv.size() ", r.size(),
                                               " must be equal and a multiple of world_size ", w)));
     }
-    return all_to_all(detail::to_address(s.data()), detail::to_address(r.data()), r.size() / w, dtype_of_v<TR>);
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    if (auto st = check_all_to_all(c, sa, ra, r.size() / w, D); !st) return st;
+    return all_to_all_tagged(c, dtype_tag<D>{}, sa, ra, r.size() / w);
   }
 
   /// Typed all_gather_v: `counts[q]` elements from rank q at `displs[q]` of
@@ -593,14 +510,18 @@ class Communicator {
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("all_gather_v");
     check_movable<TR>();
+    constexpr DType D = dtype_of_v<TR>;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
-    const auto c = detail::CallDesc::movement(detail::Call::all_gather_v, s.size(), dtype_of_v<TR>);
+    const auto c = detail::CallDesc::movement(detail::Call::all_gather_v, s.size(), D);
     std::size_t extent = 0;
     if (auto st = check_v(c, counts, displs, "counts", "displs", extent); !st) return st;
     if (auto st = check_extent(c, r.size(), extent, "recv"); !st) return st;
-    return all_gather_v(detail::to_address(s.data()), s.size(), detail::to_address(r.data()), counts, displs,
-                        dtype_of_v<TR>);
+    // From here on the call is the seed call's, named by its total count.
+    const auto cv = all_gather_v_desc(s.size(), counts, D);
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    if (auto st = check_all_gather_v(cv, sa, s.size(), ra, counts, displs, D); !st) return st;
+    return all_gather_v_tagged(cv, dtype_tag<D>{}, sa, s.size(), ra, layout_of(counts, displs));
   }
 
   /// Typed all_to_all_v with packed blocks (displacements: prefix sums of the counts).
@@ -621,16 +542,20 @@ class Communicator {
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("all_to_all_v");
     check_movable<TR>();
+    constexpr DType D = dtype_of_v<TR>;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
-    const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, dtype_of_v<TR>);
+    const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D);
     std::size_t send_extent = 0, recv_extent = 0;
     if (auto st = check_v(c, send_counts, send_displs, "send_counts", "send_displs", send_extent); !st) return st;
     if (auto st = check_v(c, recv_counts, recv_displs, "recv_counts", "recv_displs", recv_extent); !st) return st;
     if (auto st = check_extent(c, s.size(), send_extent, "send"); !st) return st;
     if (auto st = check_extent(c, r.size(), recv_extent, "recv"); !st) return st;
-    return all_to_all_v(detail::to_address(s.data()), send_counts, send_displs, detail::to_address(r.data()),
-                        recv_counts, recv_displs, dtype_of_v<TR>);
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    if (auto st = check_all_to_all_v(c, sa, send_counts, send_displs, ra, recv_counts, recv_displs, D); !st)
+      return st;
+    return all_to_all_v_tagged(c, dtype_tag<D>{}, sa, layout_of(send_counts, send_displs), ra,
+                               layout_of(recv_counts, recv_displs));
   }
 
   /// Typed send_recv: `send` to `dest` and `recv` from `src`, as one group.
@@ -640,10 +565,20 @@ class Communicator {
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("send_recv");
     check_movable<TR>();
+    constexpr DType D = dtype_of_v<TR>;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
-    return send_recv(detail::to_address(s.data()), s.size(), dest, detail::to_address(r.data()), r.size(), src,
-                     dtype_of_v<TR>, tag);
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    const auto c = detail::CallDesc::p2p(detail::Call::send_recv, s.size(), D, dest, tag);
+    if (auto st = check_send_recv(c, sa, s.size(), dest, ra, r.size(), src, D); !st) return st;
+    // check_send_recv covers what the seed send and recv would check again.
+    if (auto st = group_start(); !st) return st;
+    Status sent = send_tagged(dtype_tag<D>{}, sa, s.size(), dest, tag);
+    Status received = sent ? recv_tagged(dtype_tag<D>{}, ra, r.size(), src, tag) : Status{};
+    Status ended = group_end();
+    if (!sent) return sent;
+    if (!received) return received;
+    return ended;
   }
 
  protected:
@@ -668,9 +603,18 @@ class Communicator {
   /// the backend, which reports the moved-from state itself.
   [[nodiscard]] Error error(Errc code, const detail::CallDesc& c, std::string_view what, int native = 0) const {
     if constexpr (requires(const Backend& b) { { b.moved_from_impl() } -> std::same_as<bool>; }) {
-      if (self().moved_from_impl()) return detail::moved_from_error(c, Backend::backend_name);
+      if (self().moved_from_impl()) return detail::moved_from_error(c, name_of_backend());
     }
-    return detail::call_error(code, c, rank(), world_size(), Backend::backend_name, what, native);
+    return detail::call_error(code, c, rank(), world_size(), name_of_backend(), what, native);
+  }
+
+  /// The backend's static `backend_name`, or AnyCommunicator's run-time `backend_name()` (its held backend's).
+  [[nodiscard]] std::string_view name_of_backend() const noexcept {
+    if constexpr (requires { self().backend_name(); }) {
+      return self().backend_name();
+    } else {
+      return Backend::backend_name;
+    }
   }
 
  private:
@@ -807,6 +751,273 @@ class Communicator {
     return {};
   }
 
+  // ------------------------------------------------------------ checks shared by both surfaces
+  // check_<call> holds every run-time check of one call on its seed
+  // arguments. The seed call and the typed call both run it, so the two
+  // surfaces return the same errors with the same messages.
+
+  Status check_all_reduce(const detail::CallDesc& c, std::uint64_t ptr, std::size_t count, DType dtype) const {
+    return check_buffer(c, ptr, count, dtype, 1, "buffer");
+  }
+
+  Status check_broadcast(const detail::CallDesc& c, std::uint64_t ptr, std::size_t count, DType dtype,
+                         std::size_t root) const {
+    if (auto s = check_rank(c, root, "root"); !s) return s;
+    return check_buffer(c, ptr, count, dtype, 1, "buffer");
+  }
+
+  Status check_all_gather(const detail::CallDesc& c, std::uint64_t send, std::uint64_t recv, std::size_t count,
+                          DType dtype) const {
+    if (auto s = check_buffer(c, send, count, dtype, 1, "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, count, dtype, world_size(), "recv buffer"); !s) return s;
+    return check_in_block(c, send, recv, count, world_size(), rank(), "send buffer", "recv buffer");
+  }
+
+  Status check_reduce_scatter(const detail::CallDesc& c, std::uint64_t send, std::uint64_t recv, std::size_t count,
+                              DType dtype) const {
+    if (auto s = check_buffer(c, send, count, dtype, world_size(), "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, count, dtype, 1, "recv buffer"); !s) return s;
+    return check_in_block(c, recv, send, count, world_size(), rank(), "recv buffer", "send buffer");
+  }
+
+  // send and recv: the peer (`dest` or `src`) and the buffer.
+  Status check_p2p(const detail::CallDesc& c, std::uint64_t ptr, std::size_t count, DType dtype, std::size_t peer,
+                   const char* peer_name) const {
+    if (auto s = check_rank(c, peer, peer_name); !s) return s;
+    return check_buffer(c, ptr, count, dtype, 1, "buffer");
+  }
+
+  static detail::CallDesc reduce_desc(std::size_t count, DType dtype, ReduceOp op, std::size_t root) noexcept {
+    auto c = detail::CallDesc::reduction(detail::Call::reduce, count, dtype, op);
+    c.root = root;
+    return c;
+  }
+
+  Status check_reduce(const detail::CallDesc& c, std::uint64_t send, std::uint64_t recv, std::size_t count,
+                      std::size_t root) const {
+    return check_rooted(c, send, recv, count, 1, root, "send buffer", "recv buffer");
+  }
+
+  Status check_gather(const detail::CallDesc& c, std::uint64_t send, std::uint64_t recv, std::size_t count,
+                      std::size_t root) const {
+    return check_rooted(c, send, recv, count, world_size(), root, "send buffer", "recv buffer");
+  }
+
+  Status check_scatter(const detail::CallDesc& c, std::uint64_t send, std::uint64_t recv, std::size_t count,
+                       std::size_t root) const {
+    return check_rooted(c, recv, send, count, world_size(), root, "recv buffer", "send buffer");
+  }
+
+  Status check_all_to_all(const detail::CallDesc& c, std::uint64_t send, std::uint64_t recv, std::size_t count,
+                          DType dtype) const {
+    if (auto s = check_buffer(c, send, count, dtype, world_size(), "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, count, dtype, world_size(), "recv buffer"); !s) return s;
+    const std::size_t bytes = count * world_size() * (is_known(dtype) ? size_of(dtype) : 1);
+    return check_disjoint(c, send, bytes, recv, bytes);
+  }
+
+  // all_gather_v names the call by the total it gathers once the counts are one per rank.
+  detail::CallDesc all_gather_v_desc(std::size_t send_count, std::span<const std::size_t> recv_counts,
+                                     DType dtype) const {
+    auto c = detail::CallDesc::movement(detail::Call::all_gather_v, send_count, dtype);
+    if (recv_counts.size() == world_size()) {
+      c.count = 0;
+      for (std::size_t n : recv_counts) c.count += n;
+    }
+    return c;
+  }
+
+  detail::VLayout layout_of(std::span<const std::size_t> counts, std::span<const std::size_t> displs) const {
+    return detail::VLayout{counts.data(), displs.empty() ? nullptr : displs.data(), world_size()};
+  }
+
+  Status check_all_gather_v(const detail::CallDesc& c, std::uint64_t send, std::size_t send_count, std::uint64_t recv,
+                            std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
+                            DType dtype) const {
+    std::size_t extent = 0;
+    if (auto s = check_v(c, recv_counts, displs, "recv_counts", "displs", extent); !s) return s;
+    if (recv_counts[rank()] != send_count) {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat("send_count ", send_count, " differs from recv_counts[", rank(),
+                                              "] = ", recv_counts[rank()])));
+    }
+    if (auto s = check_buffer(c, send, send_count, dtype, 1, "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, extent, dtype, 1, "recv buffer"); !s) return s;
+    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
+    if (send != recv + layout_of(recv_counts, displs).displ(rank()) * elem) {
+      return check_disjoint(c, send, send_count * elem, recv, extent * elem);
+    }
+    return {};
+  }
+
+  Status check_all_to_all_v(const detail::CallDesc& c, std::uint64_t send, std::span<const std::size_t> send_counts,
+                            std::span<const std::size_t> send_displs, std::uint64_t recv,
+                            std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                            DType dtype) const {
+    std::size_t send_extent = 0, recv_extent = 0;
+    if (auto s = check_v(c, send_counts, send_displs, "send_counts", "send_displs", send_extent); !s) return s;
+    if (auto s = check_v(c, recv_counts, recv_displs, "recv_counts", "recv_displs", recv_extent); !s) return s;
+    if (auto s = check_buffer(c, send, send_extent, dtype, 1, "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, recv_extent, dtype, 1, "recv buffer"); !s) return s;
+    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
+    return check_disjoint(c, send, send_extent * elem, recv, recv_extent * elem);
+  }
+
+  Status check_send_recv(const detail::CallDesc& c, std::uint64_t send, std::size_t send_count, std::size_t dest,
+                         std::uint64_t recv, std::size_t recv_count, std::size_t src, DType dtype) const {
+    if (auto s = check_rank(c, dest, "dest"); !s) return s;
+    if (auto s = check_rank(c, src, "src"); !s) return s;
+    if (auto s = check_buffer(c, send, send_count, dtype, 1, "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, recv_count, dtype, 1, "recv buffer"); !s) return s;
+    const std::size_t elem = is_known(dtype) ? size_of(dtype) : 1;
+    return check_disjoint(c, send, send_count * elem, recv, recv_count * elem);
+  }
+
+  // The typed reduce_scatter's span checks, then the seed call's; then
+  // `to_backend(c, send, recv, count)`.
+  template <class T, class F>
+  Status reduce_scatter_typed(std::span<const T> s, std::span<T> r, ReduceOp op, F&& to_backend) {
+    constexpr DType D = dtype_of_v<T>;
+    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, r.size(), D, op);
+    if (auto st = check_span_sizes(c, s.size(), r.size(), "send.size()", "recv.size()"); !st) return st;
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    if (auto st = check_reduce_scatter(c, sa, ra, r.size(), D); !st) return st;
+    return to_backend(c, sa, ra, r.size());
+  }
+
+  // The typed reduce's span check (on the root), then the seed call's; then
+  // `to_backend(c, send, recv, count, root)`.
+  template <class T, class F>
+  Status reduce_typed(std::span<const T> s, std::span<T> r, ReduceOp op, std::size_t root, F&& to_backend) {
+    const auto c = reduce_desc(s.size(), dtype_of_v<T>, op, root);
+    if (rank() == root) {
+      if (auto st = check_span_sizes(c, r.size(), s.size(), "recv.size()", "send.size()", 1); !st) return st;
+    }
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    if (auto st = check_reduce(c, sa, ra, s.size(), root); !st) return st;
+    return to_backend(c, sa, ra, s.size(), root);
+  }
+
+  // ------------------------------------------------------------ the calls into the backend
+  // <call>_tagged is the one place each call reaches the backend, with the
+  // tags both surfaces arrive at. A backend written against the seed surface
+  // alone lacks the newer *_impl: those calls are Errc::unsupported on it.
+
+  template <DType D, ReduceOp Op>
+  Status all_reduce_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t ptr, std::size_t count) {
+    using T = typename dtype_tag<D>::type;
+    return self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count);
+  }
+
+  template <DType D>
+  Status broadcast_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t root) {
+    using T = typename dtype_tag<D>::type;
+    return self().broadcast_impl(d, detail::to_ptr<T>(ptr), count, root);
+  }
+
+  template <DType D>
+  Status all_gather_tagged(dtype_tag<D> d, std::uint64_t send, std::uint64_t recv, std::size_t count) {
+    using T = typename dtype_tag<D>::type;
+    return self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
+  }
+
+  template <DType D, ReduceOp Op>
+  Status reduce_scatter_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t send, std::uint64_t recv,
+                               std::size_t count) {
+    using T = typename dtype_tag<D>::type;
+    return self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
+  }
+
+  template <DType D>
+  Status send_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
+    using T = typename dtype_tag<D>::type;
+    return self().send_impl(d, detail::to_ptr<const T>(ptr), count, dest, tag);
+  }
+
+  template <DType D>
+  Status recv_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
+    using T = typename dtype_tag<D>::type;
+    return self().recv_impl(d, detail::to_ptr<T>(ptr), count, src, tag);
+  }
+
+  template <DType D, ReduceOp Op>
+  Status reduce_tagged(const detail::CallDesc& c, dtype_tag<D> d, op_tag<Op> o, std::uint64_t send,
+                       std::uint64_t recv, std::size_t count, std::size_t root) {
+    using T = typename dtype_tag<D>::type;
+    const T* s = detail::to_ptr<const T>(send);
+    T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
+    if constexpr (requires { self().reduce_impl(d, o, s, r, count, root); }) {
+      return self().reduce_impl(d, o, s, r, count, root);
+    } else {
+      return not_implemented(c);
+    }
+  }
+
+  template <DType D>
+  Status gather_tagged(const detail::CallDesc& c, dtype_tag<D> d, std::uint64_t send, std::uint64_t recv,
+                       std::size_t count, std::size_t root) {
+    using T = typename dtype_tag<D>::type;
+    const T* s = detail::to_ptr<const T>(send);
+    T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
+    if constexpr (requires { self().gather_impl(d, s, r, count, root); }) {
+      return self().gather_impl(d, s, r, count, root);
+    } else {
+      return not_implemented(c);
+    }
+  }
+
+  template <DType D>
+  Status scatter_tagged(const detail::CallDesc& c, dtype_tag<D> d, std::uint64_t send, std::uint64_t recv,
+                        std::size_t count, std::size_t root) {
+    using T = typename dtype_tag<D>::type;
+    const T* s = rank() == root ? detail::to_ptr<const T>(send) : nullptr;
+    T* r = detail::to_ptr<T>(recv);
+    if constexpr (requires { self().scatter_impl(d, s, r, count, root); }) {
+      return self().scatter_impl(d, s, r, count, root);
+    } else {
+      return not_implemented(c);
+    }
+  }
+
+  template <DType D>
+  Status all_to_all_tagged(const detail::CallDesc& c, dtype_tag<D> d, std::uint64_t send, std::uint64_t recv,
+                           std::size_t count) {
+    using T = typename dtype_tag<D>::type;
+    const T* s = detail::to_ptr<const T>(send);
+    T* r = detail::to_ptr<T>(recv);
+    if constexpr (requires { self().all_to_all_impl(d, s, r, count); }) {
+      return self().all_to_all_impl(d, s, r, count);
+    } else {
+      return not_implemented(c);
+    }
+  }
+
+  template <DType D>
+  Status all_gather_v_tagged(const detail::CallDesc& c, dtype_tag<D> d, std::uint64_t send, std::size_t send_count,
+                             std::uint64_t recv, const detail::VLayout& layout) {
+    using T = typename dtype_tag<D>::type;
+    const T* s = detail::to_ptr<const T>(send);
+    T* r = detail::to_ptr<T>(recv);
+    if constexpr (requires { self().all_gather_v_impl(d, s, send_count, r, layout); }) {
+      return self().all_gather_v_impl(d, s, send_count, r, layout);
+    } else {
+      return not_implemented(c);
+    }
+  }
+
+  template <DType D>
+  Status all_to_all_v_tagged(const detail::CallDesc& c, dtype_tag<D> d, std::uint64_t send,
+                             const detail::VLayout& sl, std::uint64_t recv, const detail::VLayout& rl) {
+    using T = typename dtype_tag<D>::type;
+    const T* s = detail::to_ptr<const T>(send);
+    T* r = detail::to_ptr<T>(recv);
+    if constexpr (requires { self().all_to_all_v_impl(d, s, sl, r, rl); }) {
+      return self().all_to_all_v_impl(d, s, sl, r, rl);
+    } else {
+      return not_implemented(c);
+    }
+  }
+
   // A backend written against the seed surface alone: the newer calls are
   // Errc::unsupported on it (AnyCommunicator still holds it).
   Status not_implemented(const detail::CallDesc& c) const {
@@ -832,31 +1043,36 @@ class Communicator {
         [&]() -> Status { return tl::unexpected(unknown_dtype(c)); });
   }
 
-  // Run-time (DType, ReduceOp) -> tags, then validity, then the capability trait, then `f(d, o)`.
+  // Run-time ReduceOp -> tag for the one dtype D, then validity, then the
+  // capability trait, then `f(o)`. A typed call with a run-time op comes here
+  // directly: it instantiates the backend for D's ops and no other dtype.
+  template <DType D, class F>
+  Status dispatch_op(const detail::CallDesc& c, F&& f) {
+    return visit_op(
+        c.op,
+        [&](auto o) -> Status {
+          constexpr ReduceOp Op = decltype(o)::value;
+          if constexpr (!is_valid_v<D, Op>) {
+            return tl::unexpected(error(Errc::invalid_argument, c,
+                                        detail::cat("op ", name(Op), " is not defined for dtype ", name(D))));
+          } else if constexpr (!supports_reduction_v<Backend, D, Op>) {
+            return tl::unexpected(error(Errc::unsupported, c, "the backend does not support this (dtype, op)"));
+          } else {
+            return f(o);
+          }
+        },
+        [&]() -> Status {
+          return tl::unexpected(
+              error(Errc::invalid_argument, c, detail::cat("unknown ReduceOp value ", detail::op_text(c.op))));
+        });
+  }
+
+  // Run-time (DType, ReduceOp) -> tags (the seed surface), then as dispatch_op, then `f(d, o)`.
   template <class F>
   Status dispatch_reduction(const detail::CallDesc& c, F&& f) {
     return visit_dtype(
         c.dtype,
-        [&](auto d) -> Status {
-          return visit_op(
-              c.op,
-              [&](auto o) -> Status {
-                constexpr DType D = decltype(d)::value;
-                constexpr ReduceOp Op = decltype(o)::value;
-                if constexpr (!is_valid_v<D, Op>) {
-                  return tl::unexpected(error(Errc::invalid_argument, c,
-                                              detail::cat("op ", name(Op), " is not defined for dtype ", name(D))));
-                } else if constexpr (!supports_reduction_v<Backend, D, Op>) {
-                  return tl::unexpected(error(Errc::unsupported, c, "the backend does not support this (dtype, op)"));
-                } else {
-                  return f(d, o);
-                }
-              },
-              [&]() -> Status {
-                return tl::unexpected(
-                    error(Errc::invalid_argument, c, detail::cat("unknown ReduceOp value ", detail::op_text(c.op))));
-              });
-        },
+        [&](auto d) -> Status { return dispatch_op<decltype(d)::value>(c, [&](auto o) { return f(d, o); }); },
         [&]() -> Status { return tl::unexpected(unknown_dtype(c)); });
   }
 };

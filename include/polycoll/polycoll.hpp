@@ -1,31 +1,29 @@
 #pragma once
 /// @file polycoll.hpp
-/// Umbrella header: the core and every backend enabled in config.hpp.
+/// Umbrella header: the core and exactly the backends config.hpp enables.
+/// NoOp and Threads are always there; Mpi when POLYCOLL_HAS_MPI, Nccl when
+/// POLYCOLL_HAS_NCCL, the Boost.MPI interop when POLYCOLL_HAS_BOOST_MPI. An
+/// enabled backend whose native header is not on the include path is a
+/// compile error naming it (a TU that needs fewer backends includes their
+/// own headers: noop.hpp, threads.hpp, mpi.hpp, nccl.hpp).
 
-#include <polycoll/config.hpp>
+#include <polycoll/detail/core.hpp>
 
-#include <polycoll/any_communicator.hpp>
-#include <polycoll/communicator.hpp>
-#include <polycoll/dtype.hpp>
-#include <polycoll/error.hpp>
-#include <polycoll/kernels/reduce.hpp>
-#include <polycoll/log.hpp>
-#include <polycoll/numeric.hpp>
-#include <polycoll/reduce_op.hpp>
-#include <polycoll/stream_sync.hpp>
+#include <polycoll/noop.hpp>
+#include <polycoll/threads.hpp>
 
-#include <polycoll/backends/noop.hpp>
-#include <polycoll/backends/threads.hpp>
-
-// mpi.h must be on the include path too (nvcc checks of the umbrella may lack it).
-#if POLYCOLL_HAS_MPI && __has_include(<mpi.h>)
-#include <polycoll/backends/mpi.hpp>
-#if POLYCOLL_HAS_BOOST_MPI && __has_include(<boost/mpi/communicator.hpp>)
+#if POLYCOLL_HAS_MPI
+#include <polycoll/mpi.hpp>
+#if POLYCOLL_HAS_BOOST_MPI
+#if defined(__has_include)
+#if !__has_include(<boost/mpi/communicator.hpp>)
+#error "polycoll: configured with Boost.MPI (POLYCOLL_HAS_BOOST_MPI), but <boost/mpi/communicator.hpp> is not on the include path: compile with Boost's flags (pkg-config polycoll and CMake polycoll::polycoll carry them)"
+#endif
+#endif
 #include <polycoll/interop/boost_mpi.hpp>
 #endif
 #endif
 
-// nccl.h (and cuda_runtime.h) must be on the include path too.
-#if POLYCOLL_HAS_NCCL && __has_include(<nccl.h>)
-#include <polycoll/backends/nccl.hpp>
+#if POLYCOLL_HAS_NCCL
+#include <polycoll/nccl.hpp>
 #endif

@@ -341,7 +341,13 @@ void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::siz
   // read once and dst written once. When dst is a source that a later pass
   // reads (index >= fuse), the block's first pass would overwrite it first:
   // then the block is folded in an L1 buffer and copied to dst at the end.
+  // The first and middle passes always fuse 4 sources, so they name that one
+  // fold_pass instead of a run_pass over every count (for Avg pairs 6 loops
+  // fewer per pair). One binary loop per source (combine's) would instantiate
+  // fewer still, but measured 30-60% slower (docs/benchmarks.md, "Fewer
+  // kernel variants").
   constexpr std::size_t block = fold_block_bytes / sizeof(lane);
+  constexpr auto four = std::make_index_sequence<fuse>{};
   bool late_alias = false;
   for (std::size_t j = fuse; j < k; ++j) late_alias = late_alias || srcs[j] == dst;
   // Raw storage (lanes are implicit-lifetime types): no initialisation cost
@@ -351,9 +357,9 @@ void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::siz
   for (std::size_t off = 0; off < m; off += block) {
     const std::size_t len = m - off < block ? m - off : block;
     lane* const to = late_alias ? staged : out + off;
-    run_pass<U, false, false>(fuse, to, srcs, off, len, d);
+    fold_pass<U, false, false>(to, srcs, off, len, d, four);
     std::size_t j = fuse;
-    for (; k - j > fuse; j += fuse) run_pass<U, true, false>(fuse, to, srcs + j, off, len, d);
+    for (; k - j > fuse; j += fuse) fold_pass<U, true, false>(to, srcs + j, off, len, d, four);
     run_pass<U, true, Avg>(k - j, to, srcs + j, off, len, d);
     if (late_alias) std::memcpy(out + off, staged, len * sizeof(lane));
   }
