@@ -622,6 +622,9 @@ TEST_CASE("aliasing: exact in-place forms only; any partial overlap is invalid_a
       const std::uint64_t o = detail::to_address(ones.data());
       if constexpr (Fx::host_memory) {
         rep.expect_ok(comm.reduce_scatter(o, o + r * n * e, n, DType::F32, ReduceOp::Sum), "in-place reduce_scatter");
+        // The all_gather reads the reduce_scatter's output: complete it first
+        // (a posted collective's output is defined after sync(), as in MPI).
+        rep.expect_ok(comm.sync(), "sync after the in-place reduce_scatter");
         rep.expect_ok(comm.all_gather(o + r * n * e, o, n, DType::F32), "in-place all_gather");
         rep.expect_ok(comm.sync(), "sync after the in-place forms");
         rep.expect(ones[r * n] == static_cast<float>(w) && ones[n * w - 1] == static_cast<float>(w),
