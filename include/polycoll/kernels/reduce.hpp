@@ -427,6 +427,7 @@ void divide(dtype_tag<D>, typename dtype_tag<D>::type* x, std::size_t n, std::si
 
 #undef POLYCOLL_DETAIL_IVDEP
 
+/// @cond POLYCOLL_LIBRARY_INTERNALS
 // ---------------------------------------------------------------- libpolycoll
 // Every valid (dtype, op) pair (polycoll::is_valid), as X(D, Op) with the bare
 // enumerator names: what libpolycoll instantiates once. A static_assert in
@@ -471,3 +472,4 @@ POLYCOLL_DETAIL_FOR_EACH_AVG_DTYPE(POLYCOLL_DETAIL_X)
 #undef POLYCOLL_DETAIL_X
 }  // namespace polycoll::kernels
 #endif
+/// @endcond
