@@ -87,7 +87,7 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   template <class B>
     requires(CommunicatorBackend<std::remove_cvref_t<B>> && !std::is_lvalue_reference_v<B>)
   explicit AnyCommunicator(B&& backend)
-      : object_(new std::remove_cvref_t<B>(std::move(backend))), vtable_(&vtable_for<std::remove_cvref_t<B>>) {}
+      : object_(new std::remove_cvref_t<B>(std::move(backend))), vtable_(&vtable_of<std::remove_cvref_t<B>>()) {}
 
   /// Takes over `other`'s backend; `other` is left empty (has_value() is false).
   AnyCommunicator(AnyCommunicator&& other) noexcept
@@ -226,12 +226,12 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   /// The held backend if it is a `B`, else nullptr (like std::function::target).
   template <class B>
   [[nodiscard]] B* target() noexcept {
-    return vtable_ == &vtable_for<B> ? static_cast<B*>(object_) : nullptr;
+    return vtable_ == &vtable_of<B>() ? static_cast<B*>(object_) : nullptr;
   }
   /// Const form of target().
   template <class B>
   [[nodiscard]] const B* target() const noexcept {
-    return vtable_ == &vtable_for<B> ? static_cast<const B*>(object_) : nullptr;
+    return vtable_ == &vtable_of<B>() ? static_cast<const B*>(object_) : nullptr;
   }
 
  private:
@@ -367,8 +367,12 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
     };
   }
 
+  // B's table, one object per program (target() compares its address). A
+  // function, not a variable, and not inline: the shipped backends' headers
+  // declare it `extern template` for their backend, so libpolycoll holds
+  // their tables and a TU that wraps one compiles none of its entries.
   template <class B>
-  static constexpr VTable vtable_for = make_vtable<B>();
+  static const VTable& vtable_of() noexcept;
 
   static constexpr VTable empty_vtable{.name = "none"};
 
@@ -384,5 +388,11 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   void* object_ = nullptr;
   const VTable* vtable_ = &empty_vtable;
 };
+
+template <class B>
+const AnyCommunicator::VTable& AnyCommunicator::vtable_of() noexcept {
+  static constexpr VTable table = make_vtable<B>();
+  return table;
+}
 
 }  // namespace polycoll

@@ -112,85 +112,45 @@ class Communicator {
   // tags to <call>_tagged, the one place that calls the backend.
 
   /// In-place all-reduce of `count` elements at `ptr`.
-  [[nodiscard]] Status all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op) {
-    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, dtype, op);
-    if (auto s = check_all_reduce(c, ptr, count, dtype); !s) return s;
-    return dispatch_reduction(c, [&](auto d, auto o) { return all_reduce_tagged(d, o, ptr, count); });
-  }
+  [[nodiscard]] Status all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op);
 
   /// In-place broadcast of `count` elements at `ptr` from `root`.
-  [[nodiscard]] Status broadcast(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t root) {
-    const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, dtype, root);
-    if (auto s = check_broadcast(c, ptr, count, dtype, root); !s) return s;
-    return dispatch_movement(c, [&](auto d) { return broadcast_tagged(d, ptr, count, root); });
-  }
+  [[nodiscard]] Status broadcast(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t root);
 
   /// Gathers `count` elements from every rank into `recv` (count * world_size, rank order).
-  [[nodiscard]] Status all_gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
-    const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, dtype);
-    if (auto s = check_all_gather(c, send, recv, count, dtype); !s) return s;
-    return dispatch_movement(c, [&](auto d) { return all_gather_tagged(d, send, recv, count); });
-  }
+  [[nodiscard]] Status all_gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype);
 
   /// Reduces `send` (count * world_size) and leaves block `rank()` (count elements) in `recv`.
   [[nodiscard]] Status reduce_scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
-                                      ReduceOp op) {
-    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, dtype, op);
-    if (auto s = check_reduce_scatter(c, send, recv, count, dtype); !s) return s;
-    return dispatch_reduction(c, [&](auto d, auto o) { return reduce_scatter_tagged(d, o, send, recv, count); });
-  }
+                                      ReduceOp op);
 
   /// Non-blocking send of `count` elements to `dest`; complete after sync().
-  [[nodiscard]] Status send(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t dest, std::uint32_t tag) {
-    const auto c = detail::CallDesc::p2p(detail::Call::send, count, dtype, dest, tag);
-    if (auto s = check_p2p(c, ptr, count, dtype, dest, "dest"); !s) return s;
-    return dispatch_movement(c, [&](auto d) { return send_tagged(d, ptr, count, dest, tag); });
-  }
+  [[nodiscard]] Status send(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t dest, std::uint32_t tag);
 
   /// Non-blocking receive of `count` elements from `src`; complete after sync().
-  [[nodiscard]] Status recv(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t src, std::uint32_t tag) {
-    const auto c = detail::CallDesc::p2p(detail::Call::recv, count, dtype, src, tag);
-    if (auto s = check_p2p(c, ptr, count, dtype, src, "src"); !s) return s;
-    return dispatch_movement(c, [&](auto d) { return recv_tagged(d, ptr, count, src, tag); });
-  }
+  [[nodiscard]] Status recv(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t src, std::uint32_t tag);
 
   /// Reduces `count` elements of every rank's `send` into `recv` on `root`.
   /// `recv` is used on the root only (elsewhere it may be 0); in place on the
   /// root when `recv == send`.
   [[nodiscard]] Status reduce(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype, ReduceOp op,
-                              std::size_t root) {
-    const auto c = reduce_desc(count, dtype, op, root);
-    if (auto s = check_reduce(c, send, recv, count, root); !s) return s;
-    return dispatch_reduction(c, [&](auto d, auto o) { return reduce_tagged(c, d, o, send, recv, count, root); });
-  }
+                              std::size_t root);
 
   /// Gathers `count` elements from every rank into `recv` on `root`
   /// (count * world_size, rank order); `recv` is used on the root only. In
   /// place on the root when `send` is its own block of `recv`.
   [[nodiscard]] Status gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
-                              std::size_t root) {
-    const auto c = detail::CallDesc::rooted(detail::Call::gather, count, dtype, root);
-    if (auto s = check_gather(c, send, recv, count, root); !s) return s;
-    return dispatch_movement(c, [&](auto d) { return gather_tagged(c, d, send, recv, count, root); });
-  }
+                              std::size_t root);
 
   /// Sends block q of `send` on `root` (count * world_size) to rank q's `recv`
   /// (count); `send` is used on the root only. In place on the root when
   /// `recv` is its own block of `send`.
   [[nodiscard]] Status scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
-                               std::size_t root) {
-    const auto c = detail::CallDesc::rooted(detail::Call::scatter, count, dtype, root);
-    if (auto s = check_scatter(c, send, recv, count, root); !s) return s;
-    return dispatch_movement(c, [&](auto d) { return scatter_tagged(c, d, send, recv, count, root); });
-  }
+                               std::size_t root);
 
   /// Block q of `send` (count elements) goes to rank q, which stores it as block
   /// `rank()` of its `recv`; both hold count * world_size elements and must not overlap.
-  [[nodiscard]] Status all_to_all(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
-    const auto c = detail::CallDesc::movement(detail::Call::all_to_all, count, dtype);
-    if (auto s = check_all_to_all(c, send, recv, count, dtype); !s) return s;
-    return dispatch_movement(c, [&](auto d) { return all_to_all_tagged(c, d, send, recv, count); });
-  }
+  [[nodiscard]] Status all_to_all(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype);
 
   /// all_gather with per-rank counts: rank q contributes `recv_counts[q]`
   /// elements (this rank's `send_count` must equal `recv_counts[rank()]`),
@@ -199,12 +159,7 @@ class Communicator {
   /// The call's count in messages and fingerprints is the total gathered.
   [[nodiscard]] Status all_gather_v(std::uint64_t send, std::size_t send_count, std::uint64_t recv,
                                     std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
-                                    DType dtype) {
-    const auto c = all_gather_v_desc(send_count, recv_counts, dtype);
-    if (auto s = check_all_gather_v(c, send, send_count, recv, recv_counts, displs, dtype); !s) return s;
-    const detail::VLayout layout = layout_of(recv_counts, displs);
-    return dispatch_movement(c, [&](auto d) { return all_gather_v_tagged(c, d, send, send_count, recv, layout); });
-  }
+                                    DType dtype);
 
   /// all_to_all with per-rank counts: `send_counts[q]` elements at offset
   /// `send_displs[q]` of `send` go to rank q, which receives them as its
@@ -214,29 +169,12 @@ class Communicator {
   [[nodiscard]] Status all_to_all_v(std::uint64_t send, std::span<const std::size_t> send_counts,
                                     std::span<const std::size_t> send_displs, std::uint64_t recv,
                                     std::span<const std::size_t> recv_counts,
-                                    std::span<const std::size_t> recv_displs, DType dtype) {
-    const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, dtype);
-    if (auto s = check_all_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype); !s)
-      return s;
-    const detail::VLayout sl = layout_of(send_counts, send_displs);
-    const detail::VLayout rl = layout_of(recv_counts, recv_displs);
-    return dispatch_movement(c, [&](auto d) { return all_to_all_v_tagged(c, d, send, sl, recv, rl); });
-  }
+                                    std::span<const std::size_t> recv_displs, DType dtype);
 
   /// send to `dest` and recv from `src` as one group (non-blocking, complete
   /// after sync(), like send and recv): the exchange a halo swap needs.
   [[nodiscard]] Status send_recv(std::uint64_t send, std::size_t send_count, std::size_t dest, std::uint64_t recv,
-                                 std::size_t recv_count, std::size_t src, DType dtype, std::uint32_t tag) {
-    const auto c = detail::CallDesc::p2p(detail::Call::send_recv, send_count, dtype, dest, tag);
-    if (auto s = check_send_recv(c, send, send_count, dest, recv, recv_count, src, dtype); !s) return s;
-    if (auto s = group_start(); !s) return s;
-    Status sent = this->send(send, send_count, dtype, dest, tag);
-    Status received = sent ? this->recv(recv, recv_count, dtype, src, tag) : Status{};
-    Status ended = group_end();
-    if (!sent) return sent;
-    if (!received) return received;
-    return ended;
-  }
+                                 std::size_t recv_count, std::size_t src, DType dtype, std::uint32_t tag);
 
   /// Opens a group: work submitted until the matching group_end() is issued
   /// as one batch (see group.hpp). Groups nest; the outermost end issues.
@@ -1076,6 +1014,114 @@ class Communicator {
         [&]() -> Status { return tl::unexpected(unknown_dtype(c)); });
   }
 };
+
+// The seed surface, defined outside the class: these members are not inline,
+// so an explicit instantiation declaration (`extern template class
+// Communicator<B>`, see the shipped backends' headers) keeps a TU from
+// instantiating their dispatch over every (dtype, op) pair; libpolycoll holds
+// them once. With POLYCOLL_HEADER_ONLY, or for any other backend, they are
+// instantiated where used, like every other template.
+
+template <class Backend>
+Status Communicator<Backend>::all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op) {
+  const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, dtype, op);
+  if (auto s = check_all_reduce(c, ptr, count, dtype); !s) return s;
+  return dispatch_reduction(c, [&](auto d, auto o) { return all_reduce_tagged(d, o, ptr, count); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::broadcast(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t root) {
+  const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, dtype, root);
+  if (auto s = check_broadcast(c, ptr, count, dtype, root); !s) return s;
+  return dispatch_movement(c, [&](auto d) { return broadcast_tagged(d, ptr, count, root); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::all_gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
+  const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, dtype);
+  if (auto s = check_all_gather(c, send, recv, count, dtype); !s) return s;
+  return dispatch_movement(c, [&](auto d) { return all_gather_tagged(d, send, recv, count); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::reduce_scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype, ReduceOp op) {
+  const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, dtype, op);
+  if (auto s = check_reduce_scatter(c, send, recv, count, dtype); !s) return s;
+  return dispatch_reduction(c, [&](auto d, auto o) { return reduce_scatter_tagged(d, o, send, recv, count); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::send(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t dest, std::uint32_t tag) {
+  const auto c = detail::CallDesc::p2p(detail::Call::send, count, dtype, dest, tag);
+  if (auto s = check_p2p(c, ptr, count, dtype, dest, "dest"); !s) return s;
+  return dispatch_movement(c, [&](auto d) { return send_tagged(d, ptr, count, dest, tag); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::recv(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t src, std::uint32_t tag) {
+  const auto c = detail::CallDesc::p2p(detail::Call::recv, count, dtype, src, tag);
+  if (auto s = check_p2p(c, ptr, count, dtype, src, "src"); !s) return s;
+  return dispatch_movement(c, [&](auto d) { return recv_tagged(d, ptr, count, src, tag); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::reduce(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype, ReduceOp op, std::size_t root) {
+  const auto c = reduce_desc(count, dtype, op, root);
+  if (auto s = check_reduce(c, send, recv, count, root); !s) return s;
+  return dispatch_reduction(c, [&](auto d, auto o) { return reduce_tagged(c, d, o, send, recv, count, root); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::gather(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype, std::size_t root) {
+  const auto c = detail::CallDesc::rooted(detail::Call::gather, count, dtype, root);
+  if (auto s = check_gather(c, send, recv, count, root); !s) return s;
+  return dispatch_movement(c, [&](auto d) { return gather_tagged(c, d, send, recv, count, root); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::scatter(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype, std::size_t root) {
+  const auto c = detail::CallDesc::rooted(detail::Call::scatter, count, dtype, root);
+  if (auto s = check_scatter(c, send, recv, count, root); !s) return s;
+  return dispatch_movement(c, [&](auto d) { return scatter_tagged(c, d, send, recv, count, root); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::all_to_all(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype) {
+  const auto c = detail::CallDesc::movement(detail::Call::all_to_all, count, dtype);
+  if (auto s = check_all_to_all(c, send, recv, count, dtype); !s) return s;
+  return dispatch_movement(c, [&](auto d) { return all_to_all_tagged(c, d, send, recv, count); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::all_gather_v(std::uint64_t send, std::size_t send_count, std::uint64_t recv, std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs, DType dtype) {
+  const auto c = all_gather_v_desc(send_count, recv_counts, dtype);
+  if (auto s = check_all_gather_v(c, send, send_count, recv, recv_counts, displs, dtype); !s) return s;
+  const detail::VLayout layout = layout_of(recv_counts, displs);
+  return dispatch_movement(c, [&](auto d) { return all_gather_v_tagged(c, d, send, send_count, recv, layout); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::all_to_all_v(std::uint64_t send, std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs, std::uint64_t recv, std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs, DType dtype) {
+  const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, dtype);
+  if (auto s = check_all_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype); !s)
+    return s;
+  const detail::VLayout sl = layout_of(send_counts, send_displs);
+  const detail::VLayout rl = layout_of(recv_counts, recv_displs);
+  return dispatch_movement(c, [&](auto d) { return all_to_all_v_tagged(c, d, send, sl, recv, rl); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::send_recv(std::uint64_t send, std::size_t send_count, std::size_t dest, std::uint64_t recv, std::size_t recv_count, std::size_t src, DType dtype, std::uint32_t tag) {
+  const auto c = detail::CallDesc::p2p(detail::Call::send_recv, send_count, dtype, dest, tag);
+  if (auto s = check_send_recv(c, send, send_count, dest, recv, recv_count, src, dtype); !s) return s;
+  if (auto s = group_start(); !s) return s;
+  Status sent = this->send(send, send_count, dtype, dest, tag);
+  Status received = sent ? this->recv(recv, recv_count, dtype, src, tag) : Status{};
+  Status ended = group_end();
+  if (!sent) return sent;
+  if (!received) return received;
+  return ended;
+}
 
 /// Satisfied by the backends: types deriving from `Communicator<B>` that name themselves (`B::backend_name`).
 template <class B>

@@ -7,6 +7,10 @@
 // compile error, not a silently skipped umbrella branch), and the program
 // calls into MPI (a singleton world), cudart and NCCL (a missing library is a
 // link error).
+//
+// It is built in both modes (run.sh): linking libpolycoll, and with
+// POLYCOLL_HEADER_ONLY. The seed-surface digest it prints must be the same in
+// both, since the seed surface runs in the library in one and inline in the other.
 #include <polycoll/polycoll.hpp>
 
 #if POLYCOLL_HAS_MPI
@@ -16,8 +20,12 @@
 #include <polycoll/backends/nccl.hpp>
 #endif
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -35,6 +43,39 @@ bool threads_ok() {
     }
   });
   return status && sums[0] == 6.0 && sums[1] == 6.0 && sums[2] == 6.0;
+}
+
+// The seed all_reduce on Threads (3 ranks) for a spread of (dtype, op) pairs,
+// each on rank-dependent bytes: an FNV-1a digest of rank 0's results.
+std::uint64_t seed_digest() {
+  using polycoll::DType;
+  using polycoll::ReduceOp;
+  constexpr std::array<std::pair<DType, ReduceOp>, 8> pairs{{{DType::F32, ReduceOp::Avg},
+                                                           {DType::BF16, ReduceOp::Sum},
+                                                           {DType::F16, ReduceOp::Max},
+                                                           {DType::I32, ReduceOp::Prod},
+                                                           {DType::U8, ReduceOp::Min},
+                                                           {DType::Bool, ReduceOp::Sum},
+                                                           {DType::C64, ReduceOp::Prod},
+                                                           {DType::F8E4M3, ReduceOp::Avg}}};
+  constexpr std::size_t n = 16;
+  std::vector<std::byte> result;
+  const auto status = polycoll::Threads::run(3, [&](polycoll::Threads& comm) {
+    std::vector<std::byte> mine;
+    for (const auto& [d, op] : pairs) {
+      std::vector<std::byte> buf(n * polycoll::size_of(d));
+      // Small bytes keep every format finite; 1 + rank keeps bool meaningful.
+      for (std::size_t i = 0; i < buf.size(); ++i) {
+        buf[i] = static_cast<std::byte>(d == DType::Bool ? (i + comm.rank()) % 2 : (i * 7 + comm.rank() * 3) % 29 + 1);
+      }
+      if (!comm.all_reduce(address(buf.data()), n, d, op) || !comm.sync()) return;
+      mine.insert(mine.end(), buf.begin(), buf.end());
+    }
+    if (comm.rank() == 0) result = std::move(mine);
+  });
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::byte b : result) h = (h ^ std::to_integer<std::uint64_t>(b)) * 1099511628211ull;
+  return status && !result.empty() ? h : 0;
 }
 
 #if POLYCOLL_HAS_MPI
@@ -79,5 +120,13 @@ int main(int argc, char** argv) {
   ok = ok && nccl;
 #endif
   std::printf(": %s\n", ok ? "ok" : "WRONG");
+#if defined(POLYCOLL_HEADER_ONLY)
+  std::printf("mode: header-only\n");
+#else
+  std::printf("mode: compiled\n");
+#endif
+  const std::uint64_t digest = seed_digest();
+  std::printf("seed digest: %016llx\n", static_cast<unsigned long long>(digest));
+  ok = ok && digest != 0;
   return ok ? 0 : 1;
 }

@@ -40,6 +40,7 @@
 #include <polycoll/backends/mpi/requests.hpp>
 #include <polycoll/backends/mpi/shm.hpp>
 #include <polycoll/backends/mpi/types.hpp>
+#include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/text.hpp>
@@ -1333,5 +1334,12 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   std::unique_ptr<State> state_;
 };
+
+// libpolycoll holds the seed surface of Mpi, the default policies (and so
+// AnyCommunicator's table for it); other policy bundles instantiate inline.
+#if !defined(POLYCOLL_HEADER_ONLY)
+extern template class Communicator<Mpi>;
+extern template const AnyCommunicator::VTable& AnyCommunicator::vtable_of<Mpi>() noexcept;
+#endif
 
 }  // namespace polycoll

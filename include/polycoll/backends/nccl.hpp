@@ -42,6 +42,7 @@
 #include <polycoll/backends/nccl/engine.hpp>
 #include <polycoll/backends/nccl/error.hpp>
 #include <polycoll/backends/nccl/types.hpp>
+#include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/text.hpp>
@@ -558,5 +559,12 @@ class Nccl : public Communicator<Nccl> {
 
   std::unique_ptr<Engine> e_;
 };
+
+// libpolycoll holds the seed surface of Nccl (and so AnyCommunicator's table
+// for it): its dispatch over every (dtype, op) pair is compiled once there.
+#if !defined(POLYCOLL_HEADER_ONLY)
+extern template class Communicator<Nccl>;
+extern template const AnyCommunicator::VTable& AnyCommunicator::vtable_of<Nccl>() noexcept;
+#endif
 
 }  // namespace polycoll

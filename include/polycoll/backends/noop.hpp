@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
 #include <polycoll/log.hpp>
 
@@ -232,5 +233,12 @@ class NoOp : public Communicator<NoOp> {
   Options options_{};
   std::unique_ptr<P2p> p2p_ = std::make_unique<P2p>();
 };
+
+// libpolycoll holds the seed surface of NoOp (and so AnyCommunicator's table
+// for it): its dispatch over every (dtype, op) pair is compiled once there.
+#if !defined(POLYCOLL_HEADER_ONLY)
+extern template class Communicator<NoOp>;
+extern template const AnyCommunicator::VTable& AnyCommunicator::vtable_of<NoOp>() noexcept;
+#endif
 
 }  // namespace polycoll

@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/layout.hpp>
@@ -967,5 +968,12 @@ class Threads : public Communicator<Threads> {
   std::shared_ptr<World> world_;
   std::size_t rank_ = 0;
 };
+
+// libpolycoll holds the seed surface of Threads (and so AnyCommunicator's table
+// for it): its dispatch over every (dtype, op) pair is compiled once there.
+#if !defined(POLYCOLL_HEADER_ONLY)
+extern template class Communicator<Threads>;
+extern template const AnyCommunicator::VTable& AnyCommunicator::vtable_of<Threads>() noexcept;
+#endif
 
 }  // namespace polycoll

@@ -426,3 +426,50 @@ void divide(dtype_tag<D>, typename dtype_tag<D>::type* x, std::size_t n, std::si
 }  // namespace polycoll::kernels
 
 #undef POLYCOLL_DETAIL_IVDEP
+
+/// @cond POLYCOLL_LIBRARY_INTERNALS
+// ---------------------------------------------------------------- libpolycoll
+// Every valid (dtype, op) pair (polycoll::is_valid), as X(D, Op) with the bare
+// enumerator names: what libpolycoll instantiates once. A static_assert in
+// src/kernels.cpp checks the list against is_valid.
+#define POLYCOLL_DETAIL_PAIRS_ALL5(X, D) X(D, Sum) X(D, Prod) X(D, Min) X(D, Max) X(D, Avg)
+#define POLYCOLL_DETAIL_PAIRS_ORDERED(X, D) X(D, Sum) X(D, Prod) X(D, Min) X(D, Max)
+#define POLYCOLL_DETAIL_PAIRS_COMPLEX(X, D) X(D, Sum) X(D, Prod) X(D, Avg)
+#define POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR(X)                                                                    \
+  POLYCOLL_DETAIL_PAIRS_ALL5(X, F64) POLYCOLL_DETAIL_PAIRS_ALL5(X, F32) POLYCOLL_DETAIL_PAIRS_ALL5(X, F16)         \
+  POLYCOLL_DETAIL_PAIRS_ALL5(X, BF16) POLYCOLL_DETAIL_PAIRS_ALL5(X, F8E4M3) POLYCOLL_DETAIL_PAIRS_ALL5(X, F8E5M2) \
+  POLYCOLL_DETAIL_PAIRS_ORDERED(X, I64) POLYCOLL_DETAIL_PAIRS_ORDERED(X, I32)                                     \
+  POLYCOLL_DETAIL_PAIRS_ORDERED(X, I16) POLYCOLL_DETAIL_PAIRS_ORDERED(X, I8)                                      \
+  POLYCOLL_DETAIL_PAIRS_ORDERED(X, U64) POLYCOLL_DETAIL_PAIRS_ORDERED(X, U32)                                     \
+  POLYCOLL_DETAIL_PAIRS_ORDERED(X, U16) POLYCOLL_DETAIL_PAIRS_ORDERED(X, U8)                                      \
+  POLYCOLL_DETAIL_PAIRS_ORDERED(X, Bool) POLYCOLL_DETAIL_PAIRS_COMPLEX(X, C64) POLYCOLL_DETAIL_PAIRS_COMPLEX(X, C128)
+/// Every dtype that divide() takes (the Avg dtypes), as X(D).
+#define POLYCOLL_DETAIL_FOR_EACH_AVG_DTYPE(X) X(F64) X(F32) X(F16) X(BF16) X(F8E4M3) X(F8E5M2) X(C64) X(C128)
+
+// `Prefix template` for one pair's kernels: `extern` declares, empty defines.
+#define POLYCOLL_DETAIL_KERNEL_PAIR(Prefix, D, Op)                                                                \
+  Prefix template void combine<DType::D, ReduceOp::Op>(                                                         \
+      dtype_tag<DType::D>, op_tag<ReduceOp::Op>, dtype_tag<DType::D>::type*, const dtype_tag<DType::D>::type*, \
+      const dtype_tag<DType::D>::type*, std::size_t) noexcept;                                                 \
+  Prefix template void combine_n<DType::D, ReduceOp::Op>(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,           \
+                                                         dtype_tag<DType::D>::type*,                          \
+                                                         const dtype_tag<DType::D>::type* const*, std::size_t, \
+                                                         std::size_t, std::size_t) noexcept;
+#define POLYCOLL_DETAIL_KERNEL_DIVIDE(Prefix, D) \
+  Prefix template void divide<DType::D>(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t, std::size_t) noexcept;
+
+// The kernels live in libpolycoll unless POLYCOLL_HEADER_ONLY. The library's
+// own sources (POLYCOLL_DETAIL_BUILDING_LIBRARY) instantiate them inline
+// instead, so that the backends and the MPI user ops there can inline them
+// (the user op's AVX2 clone flattens the kernel into itself).
+#if !defined(POLYCOLL_HEADER_ONLY) && !defined(POLYCOLL_DETAIL_BUILDING_LIBRARY)
+namespace polycoll::kernels {
+#define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_KERNEL_PAIR(extern, D, Op)
+POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR(POLYCOLL_DETAIL_X)
+#undef POLYCOLL_DETAIL_X
+#define POLYCOLL_DETAIL_X(D) POLYCOLL_DETAIL_KERNEL_DIVIDE(extern, D)
+POLYCOLL_DETAIL_FOR_EACH_AVG_DTYPE(POLYCOLL_DETAIL_X)
+#undef POLYCOLL_DETAIL_X
+}  // namespace polycoll::kernels
+#endif
+/// @endcond

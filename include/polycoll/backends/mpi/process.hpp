@@ -228,6 +228,14 @@ void user_fn(void* in, void* inout, int* len, MPI_Datatype*) {
   reduce_body<D, Op>(in, inout, n);
 }
 
+// libpolycoll holds the user op bodies of every valid pair (src/mpi.cpp).
+#if !defined(POLYCOLL_HEADER_ONLY)
+#define POLYCOLL_DETAIL_X(D, Op) \
+  extern template void user_fn<DType::D, ReduceOp::Op>(void*, void*, int*, MPI_Datatype*);
+POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR(POLYCOLL_DETAIL_X)
+#undef POLYCOLL_DETAIL_X
+#endif
+
 /// The cached user op of (D, Op), created on first use (every reduction unit
 /// is commutative). Returns MPI_OP_NULL and sets `rc` if MPI_Op_create fails.
 template <DType D, ReduceOp Op>
