@@ -6,7 +6,9 @@ set -euo pipefail
 src=$1 build_inc=$2 work=$3 seconds=${4:-${POLYCOLL_FUZZ_SECONDS:-60}}
 mkdir -p "$work"
 exe=$work/fuzz_any
-clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed \
+# Header-only (POLYCOLL_HEADER_ONLY): the fuzzer is one clang-built TU with its
+# own sanitizers, not linked against the library the meson build made.
+clang++ -std=c++20 -DPOLYCOLL_HEADER_ONLY -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Wno-pass-failed \
   -I"$src/include" -I"$build_inc" "$src/fuzz/fuzz_any.cpp" -o "$exe" -pthread
 rm -rf "$work/corpus"
 cp -r "$src/fuzz/corpus" "$work/corpus"
