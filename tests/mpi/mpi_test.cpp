@@ -477,6 +477,9 @@ std::size_t allocations_per_call(Comm& comm) {
     ok &= comm.broadcast(std::span(out), 0).has_value();
     ok &= comm.send(out, (r + 1) % w, 5).has_value();
     ok &= comm.recv(in, (r + w - 1) % w, 5).has_value();
+    // A small send (copied at post into a recycled block) and a wildcard receive.
+    ok &= comm.send(std::span(out).first(4), (r + 1) % w, 6).has_value();
+    ok &= comm.recv(std::span(in).first(4), any_source, 6).has_value();
     ok &= comm.sync().has_value();
     return ok;
   };

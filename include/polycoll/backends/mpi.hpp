@@ -978,7 +978,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const void* from = ptr;
     if (bytes != 0 && bytes <= detail::eager_bytes) {
       try {
-        copy.reset(new std::byte[bytes]);
+        copy = state_->pool.take_eager();  // recycled: no allocation in steady state
         std::memcpy(copy.get(), ptr, bytes);
         from = copy.get();
       } catch (const std::bad_alloc&) {
@@ -989,7 +989,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int rc = MPI_Isend(from, static_cast<int>(count), dt, static_cast<int>(dest), static_cast<int>(tag),
                              state_->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Isend");
-    state_->pool.add(req, numbered(c), dt, {}, std::move(copy));
+    state_->pool.add_send(req, numbered(c), dt, std::move(copy));
     return {};
   }
 

@@ -1,7 +1,8 @@
 #pragma once
 /// @file backends/noop.hpp
 /// NoOp: a world of one rank. In-place collectives do nothing, all_gather and
-/// reduce_scatter copy send to recv, send/recv to self match by tag at sync().
+/// reduce_scatter copy send to recv, send/recv to self match by tag at sync()
+/// (a small send is copied when posted; probe sees the unmatched sends).
 /// Useful as the serial build of a distributed code and as the reference for
 /// the cost of the front end.
 

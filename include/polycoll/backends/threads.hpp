@@ -11,8 +11,10 @@
 /// slices from their owners (all-gather). On both paths every element is
 /// folded in rank order 0, 1, ..., n-1, so results do not depend on the size
 /// or the element's position. send/recv are matched by (src, tag)
-/// in order; the second of a matching pair to be posted does the copy, and
-/// sync() waits for this rank's operations to complete. See docs/backends.md.
+/// in order (any_source / any_tag receives too, in MPI's order); the second
+/// of a matching pair to be posted does the copy (a send of at most
+/// detail::eager_bytes that waits for its receive was copied when posted),
+/// and sync() waits for this rank's operations to complete. See docs/backends.md.
 
 #include <algorithm>
 #include <atomic>
