@@ -204,3 +204,52 @@ TEST_CASE("AnyCommunicator: moved-from is safe", "[any]") {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_CASE("AnyCommunicator forwards probe and wildcard receives; a backend without probe says unsupported",
+          "[any][probe]") {
+  AnyCommunicator any{NoOp()};
+  std::array<std::int32_t, 3> out{1, 2, 3}, in{};
+  REQUIRE(any.send(out, 0, 8));
+  auto p = any.probe(any_source, any_tag, DType::I32);
+  REQUIRE(p);
+  REQUIRE(p->has_value());
+  CHECK((*p)->source == 0);
+  CHECK((*p)->tag == 8);
+  CHECK((*p)->count == 3);
+  auto typed = any.probe<std::int16_t>(0, 8);  // the typed surface, through the table
+  REQUIRE(typed);
+  REQUIRE(typed->has_value());
+  CHECK((*typed)->count == 6);
+  CHECK(any.recv(in, any_source, any_tag));
+  CHECK(any.sync());
+  CHECK(in == out);
+  auto none = any.probe(0, 8, DType::I32);
+  REQUIRE(none);
+  CHECK_FALSE(none->has_value());
+
+  // Recorder declares no probe (supports_probe false): Errc::unsupported at
+  // run time through AnyCommunicator (the typed probe<T> on Recorder itself
+  // is a compile-time error: tests/compile_fail/probe_unsupported.cpp).
+  AnyCommunicator rec{Recorder(4, 2)};
+  auto q = rec.probe(0, 1, DType::F32);
+  REQUIRE_FALSE(q);
+  CHECK(q.error().code == Errc::unsupported);
+  CHECK(q.error().message.find("probe(dtype=f32, src=0, tag=1) on rank 2 of 4 [recorder]") != std::string::npos);
+  auto qt = rec.probe<float>(0, 1);
+  REQUIRE_FALSE(qt);
+  CHECK(qt.error().code == Errc::unsupported);
+  const Status a = rec.recv(in, any_source, 1);
+  REQUIRE_FALSE(a);
+  CHECK(a.error().code == Errc::unsupported);
+  CHECK(a.error().message.find("src=any_source") != std::string::npos);
+  CHECK(rec.target<Recorder>()->records.empty());
+
+  AnyCommunicator moved = std::move(any);
+  auto m = any.probe(0, 1, DType::F32);  // NOLINT(bugprone-use-after-move): the moved-from contract
+  REQUIRE_FALSE(m);
+  CHECK(m.error().code == Errc::invalid_argument);
+}
+
+}  // namespace

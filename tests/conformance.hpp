@@ -17,9 +17,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <complex>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -413,6 +416,221 @@ TEST_CASE("send/recv: ring, exchange pattern at 1 MiB, out-of-order tags", "[con
         rep.expect_equal(ins[k].read(), want, "recv with tag " + std::to_string(tags[k]));
       }
     }
+  });
+}
+
+// A send completes at sync() (like MPI_Isend); a send of at most
+// detail::eager_bytes that finds no posted receive is copied when posted, on
+// every backend. So the line-by-line port of
+//   for (...) { length = f(i); MPI_Send(&length, ...); }
+// delivers 100 101 102 everywhere (it read 102 102 102 on Threads before the
+// copy), and the consistency check reports the reuse as Errc::mismatch.
+TEST_CASE("send: a small send buffer reused before sync() (eager copy, or the check's mismatch)",
+          "[conformance][p2p]" POLYCOLL_TAG) {
+  if constexpr (Fx::host_memory) {
+    each_world([](B& comm, Report& rep) {
+      const std::size_t w = comm.world_size(), r = comm.rank();
+      const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+      const bool check = detail::check_from_environment();
+      std::int32_t length = 0;
+      std::int32_t got[3] = {-1, -1, -1};
+      for (std::int32_t i = 0; i < 3; ++i) {
+        length = 100 + i + 10 * static_cast<std::int32_t>(r);
+        rep.expect_ok(comm.send(detail::to_address(&length), 1, DType::I32, next, 5), "send length");
+      }
+      // The receives come after the sends were posted: at world 1 (send to
+      // self) the sends are always queued, not delivered into place.
+      for (std::size_t i = 0; i < 3; ++i) {
+        rep.expect_ok(comm.recv(detail::to_address(&got[i]), 1, DType::I32, prev, 5), "recv length");
+      }
+      const Status s = comm.sync();
+      if (check) {
+        rep.expect(!s && s.error().code == Errc::mismatch, "with POLYCOLL_CHECK=1 the reuse is Errc::mismatch");
+        if (!s) {
+          const std::string& m = s.error().message;
+          rep.expect(m.find("send(count=1, dtype=i32, dest=" + std::to_string(next) + ", tag=5)") != std::string::npos &&
+                         m.find("send buffer changed") != std::string::npos,
+                     "the mismatch names the send: " + m);
+        }
+      } else {
+        rep.expect_ok(s, "sync");
+        const std::int32_t base = 10 * static_cast<std::int32_t>(prev);
+        rep.expect(got[0] == 100 + base && got[1] == 101 + base && got[2] == 102 + base,
+                   "received " + std::to_string(got[0]) + " " + std::to_string(got[1]) + " " +
+                       std::to_string(got[2]) + ", expected " + std::to_string(100 + base) + " " +
+                       std::to_string(101 + base) + " " + std::to_string(102 + base));
+      }
+    });
+  }
+}
+
+namespace {
+// Polls a non-blocking probe until it finds a message or fails (bounded).
+template <class P>
+auto probe_until_found(P&& probe) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    auto res = probe();
+    if (!res || res->has_value() || std::chrono::steady_clock::now() > until) return res;
+    std::this_thread::yield();
+  }
+}
+}  // namespace
+
+TEST_CASE("probe and any_source / any_tag receives", "[conformance][p2p][probe]" POLYCOLL_TAG) {
+  // Generic (auto&), so that the discarded branch for a backend without
+  // probe is not instantiated (the typed probe<T> static_asserts there).
+  each_world([](auto& comm, Report& rep) {
+    const std::size_t w = comm.world_size(), r = comm.rank();
+    const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+    Buf<std::int32_t> buf(4);
+    if constexpr (!supports_probe_v<B>) {
+      auto p = comm.probe(0, 1, DType::F32);
+      rep.expect(!p && p.error().code == Errc::unsupported, "probe is Errc::unsupported without supports_probe");
+      const Status a = comm.recv(buf.address(), 4, DType::I32, any_source, 1);
+      rep.expect(!a && a.error().code == Errc::unsupported, "recv from any_source is Errc::unsupported");
+      const Status t = comm.recv(buf.address(), 4, DType::I32, 0, any_tag);
+      rep.expect(!t && t.error().code == Errc::unsupported, "recv with any_tag is Errc::unsupported");
+    } else {
+      // Nothing is ever sent with tag 99: probe does not block, it says so.
+      auto none = comm.probe(any_source, 99, DType::I32);
+      rep.expect(none.has_value() && !none->has_value(), "probe with nothing pending is nullopt");
+
+      // probe, then recv from the probed source and tag with the probed count.
+      {
+        Buf<std::int32_t> out(3 + r);
+        Array<std::int32_t> a(3 + r);
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::int32_t>(1000 * r + i);
+        out.write(a);
+        rep.expect_ok(comm.send(out.address(), 3 + r, DType::I32, next, 17), "send for probe");
+        auto found = probe_until_found([&] { return comm.probe(any_source, any_tag, DType::I32); });
+        rep.expect(found.has_value() && found->has_value(), "probe(any_source, any_tag) finds the message");
+        if (found && *found) {
+          const MessageInfo info = **found;
+          rep.expect(info.source == prev && info.tag == 17 && info.count == 3 + prev,
+                     "probe: source " + std::to_string(info.source) + " tag " + std::to_string(info.tag) +
+                         " count " + std::to_string(info.count));
+          auto again = comm.probe(prev, 17, DType::U8);
+          rep.expect(again && *again && (*again)->count == 4 * (3 + prev), "probe in bytes (U8) counts bytes");
+          Buf<std::int32_t> in(info.count);
+          rep.expect_ok(comm.recv(in.address(), info.count, DType::I32, info.source, info.tag), "recv probed");
+          rep.expect_ok(comm.sync(), "sync after probe");
+          Array<std::int32_t> want(info.count);
+          for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<std::int32_t>(1000 * prev + i);
+          rep.expect_equal(in.read(), want, "recv of the probed message");
+        } else {
+          rep.expect_ok(comm.sync(), "sync");
+        }
+        if constexpr (Fx::host_memory) {
+          std::int32_t one = 0;
+          rep.expect_ok(comm.send(detail::to_address(&one), 1, DType::I32, next, 18), "typed probe send");
+          auto typed = probe_until_found([&] { return comm.template probe<std::int32_t>(prev, 18); });
+          rep.expect(typed && *typed && (*typed)->count == 1 && (*typed)->source == prev, "typed probe<T>");
+          std::int32_t into = -1;
+          rep.expect_ok(comm.recv(std::span<std::int32_t>(&into, 1), any_source, 18), "typed recv any_source");
+          rep.expect_ok(comm.sync(), "typed sync");
+        }
+      }
+
+      // Fan-in with wildcards: every rank sends two messages to rank 0 with
+      // its own tag; rank 0 receives 2w from (any_source, any_tag). Messages
+      // from one sender arrive in the order it sent them (non-overtaking).
+      {
+        Buf<std::int32_t> first(1), second(1);
+        Array<std::int32_t> v(1);
+        v[0] = static_cast<std::int32_t>(10 * r);
+        first.write(v);
+        v[0] = static_cast<std::int32_t>(10 * r + 1);
+        second.write(v);
+        rep.expect_ok(comm.send(first.address(), 1, DType::I32, 0, 30 + static_cast<std::uint32_t>(r)), "fan-in 1");
+        rep.expect_ok(comm.send(second.address(), 1, DType::I32, 0, 30 + static_cast<std::uint32_t>(r)), "fan-in 2");
+        Buf<std::int32_t> in(2 * w);
+        if (r == 0) {
+          for (std::size_t k = 0; k < 2 * w; ++k) {
+            rep.expect_ok(comm.recv(in.address() + k * sizeof(std::int32_t), 1, DType::I32, any_source, any_tag),
+                          "fan-in recv any");
+          }
+        }
+        rep.expect_ok(comm.sync(), "fan-in sync");
+        if (r == 0) {
+          const Array<std::int32_t> got = in.read();
+          for (std::size_t q = 0; q < w; ++q) {
+            std::size_t at1 = got.size(), at2 = got.size();
+            for (std::size_t k = 0; k < got.size(); ++k) {
+              if (got[k] == static_cast<std::int32_t>(10 * q)) at1 = k;
+              if (got[k] == static_cast<std::int32_t>(10 * q + 1)) at2 = k;
+            }
+            rep.expect(at1 < got.size() && at2 < got.size() && at1 < at2,
+                       "rank " + std::to_string(q) + "'s two messages arrived, in order");
+          }
+        }
+        rep.expect_ok(comm.barrier(), "fan-in barrier");
+      }
+
+      // A specific receive posted before a wildcard one keeps its message:
+      // rank 0 posts recv(prev, 51) then recv(any_source, any_tag); prev
+      // sends tag 52, then tag 51.
+      {
+        Buf<std::int32_t> x(1), y(1), a(1), b(1);
+        Array<std::int32_t> v(1);
+        if (r == 0) {
+          rep.expect_ok(comm.recv(x.address(), 1, DType::I32, prev, 51), "specific recv");
+          rep.expect_ok(comm.recv(y.address(), 1, DType::I32, any_source, any_tag), "wildcard recv");
+        }
+        if (r == (w - 1)) {
+          v[0] = 52;
+          a.write(v);
+          v[0] = 51;
+          b.write(v);
+          rep.expect_ok(comm.send(a.address(), 1, DType::I32, 0, 52), "send 52");
+          rep.expect_ok(comm.send(b.address(), 1, DType::I32, 0, 51), "send 51");
+        }
+        rep.expect_ok(comm.sync(), "specific/wildcard sync");
+        if (r == 0) {
+          rep.expect(x.read()[0] == 51 && y.read()[0] == 52,
+                     "recv(prev, 51) got " + std::to_string(x.read()[0]) + ", the wildcard got " +
+                         std::to_string(y.read()[0]));
+        }
+        rep.expect_ok(comm.barrier(), "specific/wildcard barrier");
+      }
+
+      // A message whose bytes are not a whole number of the probed dtype.
+      {
+        Buf<std::uint8_t> three(3);
+        rep.expect_ok(comm.send(three.address(), 3, DType::U8, next, 40), "send 3 bytes");
+        auto bad = probe_until_found([&] { return comm.probe(prev, 40, DType::F32); });
+        rep.expect(!bad && bad.error().code == Errc::mismatch &&
+                       bad.error().message.find("not a whole number of f32") != std::string::npos,
+                   "probe of 3 bytes as f32 is Errc::mismatch" + (bad ? std::string() : ": " + bad.error().message));
+        Buf<std::uint8_t> in(3);
+        rep.expect_ok(comm.recv(in.address(), 3, DType::U8, prev, 40), "recv 3 bytes");
+        rep.expect_ok(comm.sync(), "sync 3 bytes");
+      }
+    }
+
+    // Bad input: the wildcards are not a send's, probe's src is a rank.
+    auto expect_error = [&](const auto& s, Errc code, const std::string& needle, const std::string& what) {
+      rep.expect(!s, what + " must fail");
+      if (s) return;
+      rep.expect(s.error().code == code, what + ": wrong code " + std::string(to_string(s.error().code)));
+      const std::string& m = s.error().message;
+      rep.expect(m.find(needle) != std::string::npos, what + ": message lacks '" + needle + "': " + m);
+      rep.expect(m.find("of " + std::to_string(w) + " [" + std::string(B::backend_name) + "]") != std::string::npos,
+                 what + ": message lacks rank/world/backend: " + m);
+    };
+    expect_error(comm.send(buf.address(), 4, DType::I32, any_source, 1), Errc::invalid_argument,
+                 "dest is any_source", "send to any_source");
+    expect_error(comm.send(buf.address(), 4, DType::I32, next, any_tag), Errc::invalid_argument,
+                 "tag is any_tag", "send with any_tag");
+    expect_error(comm.send_recv(buf.address(), 2, next, buf.address() + 8, 2, any_source, DType::I32, 1),
+                 Errc::invalid_argument, "src is any_source", "send_recv from any_source");
+    if constexpr (supports_probe_v<B>) {
+      expect_error(comm.probe(w, 1, DType::F32), Errc::invalid_argument, "probe(dtype=f32, src=" + std::to_string(w),
+                   "probe src out of range");
+      expect_error(comm.probe(0, 1, static_cast<DType>(77)), Errc::invalid_argument, "unknown DType value",
+                   "probe unknown dtype");
+    }
+    rep.expect_ok(comm.barrier(), "barrier after bad input");
   });
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -285,6 +286,44 @@ TEST_CASE("NoOp drop through AnyCommunicator: destroying the wrapper drops and l
   const auto rec = log.records();
   REQUIRE(rec.size() == 1);
   CHECK(rec[0].message.find("recv(count=3, dtype=f32, src=0, tag=8)") != std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// A send completes at sync(): with the consistency check on, a send buffer
+// changed before then is Errc::mismatch naming the send, small (copied at
+// post) or large (read at sync).
+TEST_CASE("NoOp check: a send buffer changed before sync() is Errc::mismatch", "[noop][check][p2p]") {
+  Options o;
+  o.check_consistency = true;
+  NoOp comm(o);
+  std::int32_t length = 100;
+  std::int32_t got = 0;
+  REQUIRE(comm.send(std::span<const std::int32_t>(&length, 1), 0, 3));
+  length = 101;
+  REQUIRE(comm.recv(std::span<std::int32_t>(&got, 1), 0, 3));
+  const Status s = comm.sync();
+  REQUIRE_FALSE(s);
+  CHECK(s.error().code == Errc::mismatch);
+  INFO(s.error().message);
+  CHECK(s.error().message.find("send(count=1, dtype=i32, dest=0, tag=3) on rank 0 of 1 [noop]") != std::string::npos);
+  CHECK(s.error().message.find("send buffer changed") != std::string::npos);
+  CHECK(got == 100);  // copied at post: the receive has what was sent
+
+  std::vector<double> big(1000, 1.0), in(1000);
+  REQUIRE(comm.send(big, 0, 4));
+  REQUIRE(comm.recv(in, 0, 4));
+  CHECK(comm.sync());  // unchanged: no error
+  REQUIRE(comm.send(big, 0, 5));
+  big[999] = 2.0;
+  REQUIRE(comm.recv(in, 0, 5));
+  const Status t = comm.sync();
+  REQUIRE_FALSE(t);
+  CHECK(t.error().code == Errc::mismatch);
+  CHECK(t.error().message.find("send(count=1000, dtype=f64, dest=0, tag=5)") != std::string::npos);
+  CHECK(comm.sync());  // the next sync starts afresh
 }
 
 }  // namespace

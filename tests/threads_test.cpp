@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1186,6 +1187,77 @@ TEST_CASE("load: 3 ranks x 4 threads submit to each rank's one communicator at o
   WARN("load: " << n << " ranks x " << per_rank << " threads, " << calls.load() << " calls in " << ms << " ms");
   INFO(first);
   CHECK(wrong == 0);
+}
+
+}  // namespace
+
+namespace {
+
+// The issue's port of `for (...) { length = f(i); MPI_Send(&length, ...); }`:
+// with the check on, the reuse is Errc::mismatch on the sender's sync(),
+// naming the send; the receiver still gets 100 101 102 (copied at post).
+// A large send (read at delivery) changed before sync() is caught too.
+TEST_CASE("consistency check: a send buffer changed before sync() is Errc::mismatch", "[threads][check][p2p]") {
+  Options o;
+  o.check_consistency = true;
+  auto comms = make(2, o);
+  std::array<std::int32_t, 3> got{};
+  Status received;
+  std::vector<float> big_in(4096);
+  Status received_big;
+  std::atomic<bool> sent{false};
+  std::thread t([&] {
+    while (!sent.load()) std::this_thread::yield();  // the sends are queued first
+    for (auto& g : got) (void)comms[1].recv(std::span<std::int32_t>(&g, 1), 0, 5);
+    received = comms[1].sync();
+    (void)comms[1].recv(big_in, 0, 6);
+    received_big = comms[1].sync();
+  });
+  std::int32_t length = 0;
+  for (std::int32_t i = 0; i < 3; ++i) {
+    length = 100 + i;
+    REQUIRE(comms[0].send(std::span<const std::int32_t>(&length, 1), 1, 5));
+  }
+  sent = true;
+  const Status s = comms[0].sync();
+  std::vector<float> big(4096, 1.0f);
+  REQUIRE(comms[0].send(big, 1, 6));
+  big[0] = 2.0f;
+  const Status b = comms[0].sync();
+  t.join();
+  CHECK(received);
+  CHECK(got == (std::array<std::int32_t, 3>{100, 101, 102}));
+  REQUIRE_FALSE(s);
+  INFO(s.error().message);
+  CHECK(s.error().code == Errc::mismatch);
+  CHECK(s.error().message.find("send(count=1, dtype=i32, dest=1, tag=5) on rank 0 of 2 [threads]") != std::string::npos);
+  CHECK(s.error().message.find("send buffer changed") != std::string::npos);
+  CHECK(received_big);
+  REQUIRE_FALSE(b);
+  CHECK(b.error().code == Errc::mismatch);
+  CHECK(b.error().message.find("send(count=4096, dtype=f32, dest=1, tag=6)") != std::string::npos);
+}
+
+// Without the check, the same program delivers 100 101 102 (the sends are
+// copied at post), as on Mpi; it read 102 102 102 before.
+TEST_CASE("a small send buffer reused before sync() delivers what was sent", "[threads][p2p]") {
+  auto comms = make(2);
+  std::array<std::int32_t, 3> got{};
+  std::atomic<bool> sent{false};
+  std::thread t([&] {
+    while (!sent.load()) std::this_thread::yield();
+    for (auto& g : got) (void)comms[1].recv(std::span<std::int32_t>(&g, 1), 0, 5);
+    (void)comms[1].sync();
+  });
+  std::int32_t length = 0;
+  for (std::int32_t i = 0; i < 3; ++i) {
+    length = 100 + i;
+    REQUIRE(comms[0].send(std::span<const std::int32_t>(&length, 1), 1, 5));
+  }
+  sent = true;
+  CHECK(comms[0].sync());
+  t.join();
+  CHECK(got == (std::array<std::int32_t, 3>{100, 101, 102}));
 }
 
 }  // namespace

@@ -27,6 +27,10 @@ struct supports_dtype<AnyCommunicator, D> : std::true_type {};
 /// AnyCommunicator reduces every valid pair; see supports_dtype<AnyCommunicator, D>.
 template <DType D, ReduceOp Op>
 struct supports_reduction<AnyCommunicator, D, Op> : std::true_type {};
+/// AnyCommunicator has probe: whether the held backend does is its run-time
+/// answer (Errc::unsupported on Nccl), as on the seed surface.
+template <>
+struct supports_probe<AnyCommunicator> : std::true_type {};
 
 namespace detail {
 using Counts = std::span<const std::size_t>;
@@ -56,6 +60,7 @@ struct AnyVTable {
                       std::uint32_t) = nullptr;
   Status (*group_start)(void*) = nullptr;
   Status (*group_end)(void*) = nullptr;
+  Result<std::optional<MessageInfo>> (*probe)(void*, std::size_t, std::uint32_t, DType) = nullptr;
 };
 }  // namespace detail
 
@@ -76,6 +81,7 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   using Base::all_to_all_v;
   using Base::broadcast;
   using Base::gather;
+  using Base::probe;
   using Base::recv;
   using Base::reduce;
   using Base::reduce_scatter;
@@ -146,6 +152,11 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   [[nodiscard]] Status recv(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t src, std::uint32_t tag) {
     if (!object_) return moved_from("recv");
     return vtable_->recv(object_, ptr, count, dtype, src, tag);
+  }
+  /// See Communicator::probe.
+  [[nodiscard]] Result<std::optional<MessageInfo>> probe(std::size_t src, std::uint32_t tag, DType dtype) {
+    if (!object_) return moved_from("probe");
+    return vtable_->probe(object_, src, tag, dtype);
   }
   /// See Communicator::reduce.
   [[nodiscard]] Status reduce(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype, ReduceOp op,
@@ -299,6 +310,14 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
                            const detail::VLayout& rl) {
     return all_to_all_v(addr(send), counts_of(sl), displs_of(sl), addr(recv), counts_of(rl), displs_of(rl), D);
   }
+  // Only the base's seed probe (never called: the seed probe above hides it)
+  // reaches this; bytes are the count of U8 elements.
+  Result<std::optional<detail::Envelope>> probe_impl(std::size_t src, std::uint32_t tag) {
+    auto r = probe(src, tag, DType::U8);
+    if (!r) return tl::unexpected(std::move(r.error()));
+    if (!r->has_value()) return std::optional<detail::Envelope>{};
+    return std::optional<detail::Envelope>{detail::Envelope{(*r)->source, (*r)->tag, (*r)->count}};
+  }
   Status group_start_impl() { return group_start(); }
   Status group_end_impl() { return group_end(); }
   Status sync_impl() { return sync(); }
@@ -364,6 +383,7 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
            std::size_t src, DType d, std::uint32_t t) { return as<B>(p).send_recv(s, sn, dest, r, rn, src, d, t); },
         [](void* p) { return as<B>(p).group_start(); },
         [](void* p) { return as<B>(p).group_end(); },
+        [](void* p, std::size_t src, std::uint32_t t, DType d) { return as<B>(p).probe(src, t, d); },
     };
   }
 

@@ -61,6 +61,39 @@ inline constexpr bool supports_reduction_v = is_valid_v<D, Op> && supports_reduc
 template <class B, DType D>
 inline constexpr bool supports_dtype_v = supports_dtype<B, D>::value;
 
+/// recv and probe from any rank (MPI_ANY_SOURCE). A send rejects it.
+inline constexpr std::size_t any_source = std::numeric_limits<std::size_t>::max();
+/// recv and probe with any tag (MPI_ANY_TAG); so a send cannot use 0xFFFFFFFF.
+inline constexpr std::uint32_t any_tag = 0xFFFFFFFFu;
+
+/// What probe found: the first pending message matching (src, tag), with its
+/// actual source and tag, and its length in elements of the probed dtype.
+struct MessageInfo {
+  std::size_t source = 0;
+  std::uint32_t tag = 0;
+  std::size_t count = 0;
+};
+
+/// Capability trait: backend B has probe and receives from any_source /
+/// any_tag. False unless the backend specialises it (Nccl does not: NCCL
+/// matches a receive with one send by position, with no envelope to inspect).
+template <class B>
+struct supports_probe : std::false_type {};
+
+/// True when B declares probe and wildcard receives.
+template <class B>
+inline constexpr bool supports_probe_v = supports_probe<B>::value;
+
+namespace detail {
+/// A pending message as a backend's probe_impl reports it (the front end turns
+/// bytes into elements of the probed dtype).
+struct Envelope {
+  std::size_t source = 0;
+  std::uint32_t tag = 0;
+  std::size_t bytes = 0;
+};
+}  // namespace detail
+
 namespace detail {
 template <class T>
 T* to_ptr(std::uint64_t address) noexcept {
@@ -129,6 +162,14 @@ class Communicator {
 
   /// Non-blocking receive of `count` elements from `src`; complete after sync().
   [[nodiscard]] Status recv(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t src, std::uint32_t tag);
+
+  /// Non-blocking probe (like MPI_Iprobe): the first pending message from
+  /// `src` (or any_source) with `tag` (or any_tag) that a recv posted now
+  /// would match, or std::nullopt when none has arrived. The message stays
+  /// pending; `recv` from its `source` with its `tag` takes it. Its count is in
+  /// elements of `dtype` (Errc::mismatch when its bytes are not a whole number
+  /// of them). Errc::unsupported where supports_probe is false (Nccl).
+  [[nodiscard]] Result<std::optional<MessageInfo>> probe(std::size_t src, std::uint32_t tag, DType dtype);
 
   /// Reduces `count` elements of every rank's `send` into `recv` on `root`.
   /// `recv` is used on the root only (elsewhere it may be 0); in place on the
@@ -344,6 +385,17 @@ class Communicator {
     const auto c = detail::CallDesc::p2p(detail::Call::recv, s.size(), D, src, tag);
     if (auto st = check_p2p(c, p, s.size(), D, src, "src"); !st) return st;
     return recv_tagged(dtype_tag<D>{}, p, s.size(), src, tag);
+  }
+
+  /// Typed probe: as the seed probe, the count in elements of T. A compile-time
+  /// error on a backend without probe (supports_probe<B> false: Nccl).
+  template <class T>
+  [[nodiscard]] Result<std::optional<MessageInfo>> probe(std::size_t src, std::uint32_t tag) {
+    check_movable<T>();
+    static_assert(supports_probe_v<Backend>,
+                  "polycoll::Communicator::probe: this backend has no probe (supports_probe<B> is false; Nccl "
+                  "matches sends and receives by position, with no message envelope to inspect)");
+    return self().probe(src, tag, dtype_of_v<T>);
   }
 
   /// Typed reduce with a compile-time op: on the root `recv.size()` must be
@@ -568,6 +620,10 @@ class Communicator {
 
   Status check_rank(const detail::CallDesc& c, std::size_t r, const char* what) const {
     const std::size_t w = world_size();
+    if (r == any_source) [[unlikely]] {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat(what, " is any_source, which only recv and probe accept")));
+    }
     if (r >= w) {
       return tl::unexpected(
           error(Errc::invalid_argument, c, detail::cat(what, ' ', r, " out of range [0, ", w, ')')));
@@ -721,8 +777,38 @@ class Communicator {
   // send and recv: the peer (`dest` or `src`) and the buffer.
   Status check_p2p(const detail::CallDesc& c, std::uint64_t ptr, std::size_t count, DType dtype, std::size_t peer,
                    const char* peer_name) const {
-    if (auto s = check_rank(c, peer, peer_name); !s) return s;
+    if (c.call == detail::Call::recv) {
+      if (auto s = check_source(c, peer, c.tag); !s) return s;
+    } else {
+      if (auto s = check_send_tag(c, c.tag); !s) return s;
+      if (auto s = check_rank(c, peer, peer_name); !s) return s;
+    }
     return check_buffer(c, ptr, count, dtype, 1, "buffer");
+  }
+
+  // recv and probe: `src` is a rank or any_source, `tag` any value (any_tag
+  // matches every tag); the wildcards need supports_probe.
+  Status check_source(const detail::CallDesc& c, std::size_t src, std::uint32_t tag) const {
+    if (src == any_source || tag == any_tag) [[unlikely]] {
+      if constexpr (!supports_probe_v<Backend>) {
+        return tl::unexpected(error(Errc::unsupported, c,
+                                    detail::cat(src == any_source ? "any_source" : "any_tag",
+                                                " needs a backend with probe and wildcard receives (supports_probe "
+                                                "is false here: the backend matches by position)")));
+      }
+      if (src == any_source) return {};
+    }
+    return check_rank(c, src, "src");
+  }
+
+  // A send (and send_recv) names one tag: any_tag is a receive's wildcard.
+  Status check_send_tag(const detail::CallDesc& c, std::uint32_t tag) const {
+    if (tag == any_tag) [[unlikely]] {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  "tag is any_tag (0xFFFFFFFF), a wildcard only recv and probe accept; a send "
+                                  "needs one tag"));
+    }
+    return {};
   }
 
   static detail::CallDesc reduce_desc(std::size_t count, DType dtype, ReduceOp op, std::size_t root) noexcept {
@@ -803,6 +889,7 @@ class Communicator {
 
   Status check_send_recv(const detail::CallDesc& c, std::uint64_t send, std::size_t send_count, std::size_t dest,
                          std::uint64_t recv, std::size_t recv_count, std::size_t src, DType dtype) const {
+    if (auto s = check_send_tag(c, c.tag); !s) return s;
     if (auto s = check_rank(c, dest, "dest"); !s) return s;
     if (auto s = check_rank(c, src, "src"); !s) return s;
     if (auto s = check_buffer(c, send, send_count, dtype, 1, "send buffer"); !s) return s;
@@ -1062,6 +1149,31 @@ Status Communicator<Backend>::recv(std::uint64_t ptr, std::size_t count, DType d
   const auto c = detail::CallDesc::p2p(detail::Call::recv, count, dtype, src, tag);
   if (auto s = check_p2p(c, ptr, count, dtype, src, "src"); !s) return s;
   return dispatch_movement(c, [&](auto d) { return recv_tagged(d, ptr, count, src, tag); });
+}
+
+template <class Backend>
+Result<std::optional<MessageInfo>> Communicator<Backend>::probe(std::size_t src, std::uint32_t tag, DType dtype) {
+  const auto c = detail::CallDesc::p2p(detail::Call::probe, detail::npos, dtype, src, tag);
+  if (!is_known(dtype)) return tl::unexpected(unknown_dtype(c));
+  if constexpr (!supports_probe_v<Backend>) {
+    return tl::unexpected(error(Errc::unsupported, c,
+                                "the backend has no probe (supports_probe is false: it matches sends and receives "
+                                "by position, with no message envelope to inspect)"));
+  } else {
+    if (auto s = check_source(c, src, tag); !s) return tl::unexpected(std::move(s.error()));
+    Result<std::optional<detail::Envelope>> found = self().probe_impl(src, tag);
+    if (!found) return tl::unexpected(std::move(found.error()));
+    if (!found->has_value()) return std::optional<MessageInfo>{};
+    const detail::Envelope& e = **found;
+    const std::size_t elem = size_of(dtype);
+    if (e.bytes % elem != 0) {
+      return tl::unexpected(error(Errc::mismatch, c,
+                                  detail::cat("the message from rank ", e.source, " with tag ", e.tag, " has ",
+                                              e.bytes, " bytes, not a whole number of ", detail::dtype_text(dtype),
+                                              " elements (", elem, " bytes each)")));
+    }
+    return std::optional<MessageInfo>{MessageInfo{e.source, e.tag, e.bytes / elem}};
+  }
 }
 
 template <class Backend>

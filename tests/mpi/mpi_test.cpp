@@ -26,6 +26,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -476,6 +477,9 @@ std::size_t allocations_per_call(Comm& comm) {
     ok &= comm.broadcast(std::span(out), 0).has_value();
     ok &= comm.send(out, (r + 1) % w, 5).has_value();
     ok &= comm.recv(in, (r + w - 1) % w, 5).has_value();
+    // A small send (copied at post into a recycled block) and a wildcard receive.
+    ok &= comm.send(std::span(out).first(4), (r + 1) % w, 6).has_value();
+    ok &= comm.recv(std::span(in).first(4), any_source, 6).has_value();
     ok &= comm.sync().has_value();
     return ok;
   };
@@ -1101,5 +1105,55 @@ TEST_CASE("Boost.MPI interop: from_boost borrows, to_boost attaches", "[mpi][boo
   CHECK(total == view.size() * (view.size() + 1) / 2);
 }
 #endif
+
+}  // namespace
+
+namespace {
+
+// A send completes at sync(): with the check on, a send buffer changed
+// before then is Errc::mismatch on the sender's sync(), naming the send; the
+// small one was copied at post, so the receiver got what was sent.
+TEST_CASE("consistency check: a send buffer changed before sync() is Errc::mismatch", "[mpi][check][p2p]") {
+  Options o;
+  o.check_consistency = true;
+  Mpi comm = world(o);
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+  std::int32_t length = 0;
+  std::array<std::int32_t, 3> got{};
+  for (std::int32_t i = 0; i < 3; ++i) {
+    length = 100 + i;
+    REQUIRE(comm.send(std::span<const std::int32_t>(&length, 1), next, 5));
+  }
+  for (auto& g : got) REQUIRE(comm.recv(std::span<std::int32_t>(&g, 1), prev, 5));
+  const Status s = comm.sync();
+  REQUIRE_FALSE(s);
+  INFO(s.error().message);
+  CHECK(s.error().code == Errc::mismatch);
+  CHECK(contains(s.error().message, "send(count=1, dtype=i32, dest=" + std::to_string(next) + ", tag=5)"));
+  CHECK(contains(s.error().message, "[mpi]: consistency check failed: the send buffer changed"));
+  CHECK(got == (std::array<std::int32_t, 3>{100, 101, 102}));
+  CHECK(comm.sync());  // forgotten once reported
+  CHECK(comm.barrier());
+}
+
+// Probe sees a message a receive posted now would take, not one an earlier
+// posted (unmatched) receive will take.
+TEST_CASE("probe does not report a message an earlier posted receive takes", "[mpi][p2p][probe]") {
+  Mpi comm = world();
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+  std::array<std::int32_t, 2> in{}, out{7, 8};
+  REQUIRE(comm.recv(in, prev, 21));  // posted before the message exists
+  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE(comm.send(out, next, 21));
+  for (int here = 0; !here;) MPI_Iprobe(static_cast<int>(prev), 21, comm.native(), &here, MPI_STATUS_IGNORE);
+  auto p = comm.probe(any_source, 21, DType::I32);
+  REQUIRE(p);
+  CHECK_FALSE(p->has_value());
+  REQUIRE(comm.sync());
+  CHECK(in == out);
+  CHECK(comm.barrier());
+}
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -35,6 +36,7 @@
 
 #include <polycoll/backends/mpi/error.hpp>
 #include <polycoll/backends/mpi/halving.hpp>
+#include <polycoll/detail/send_check.hpp>
 #include <polycoll/backends/mpi/policies.hpp>
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/requests.hpp>
@@ -60,6 +62,9 @@ template <class P, DType D>
 struct supports_dtype<BasicMpi<P>, D> : std::true_type {};
 template <class P, DType D, ReduceOp Op>
 struct supports_reduction<BasicMpi<P>, D, Op> : std::bool_constant<is_valid_v<D, Op>> {};
+/// Mpi has probe (MPI_Iprobe) and any_source / any_tag receives.
+template <class P>
+struct supports_probe<BasicMpi<P>> : std::true_type {};
 
 namespace mpi {
 
@@ -166,6 +171,7 @@ struct CommState {
   std::size_t groups = 0;         // open groups (p2p is posted as submitted: nothing to batch)
   std::vector<int> v_ints;        // the v-collectives' int counts and displacements, reused
   bool check = false;             // Options::check_consistency or POLYCOLL_CHECK=1
+  SendLedger ledger;              // the check's hashes of the sends not yet completed by a sync()
   std::uint64_t coll_seq = 0;     // collectives so far: the fingerprints' sequence number
   std::vector<std::uint64_t> xbuf;  // every rank's fingerprint (or split's color and key), then mine; reused
   // Buffers of internal exchanges and v-collective arrays whose collective
@@ -944,8 +950,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   // ------------------------------------------------------------ point to point
 
+  // A tag MPI accepts; any_tag (recv and probe only, the front end checked)
+  // becomes MPI_ANY_TAG.
   Status check_tag(const detail::CallDesc& c, std::uint32_t tag) const {
-    if (tag > state_->tag_ub) [[unlikely]] {
+    if (tag > state_->tag_ub && tag != any_tag) [[unlikely]] {
       return tl::unexpected(this->error(Errc::invalid_argument, c,
                                         detail::cat("tag ", tag, " exceeds MPI_TAG_UB (", state_->tag_ub,
                                                     ") of this MPI")));
@@ -960,11 +968,28 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (auto s = check_tag(c, tag); !s) return s;
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     auto guard = lock();
+    const std::size_t bytes = count * sizeof(T);
+    if (state_->check) [[unlikely]] state_->ledger.record(numbered(c), ptr, bytes);
+    // A small send is sent from a copy made now (detail::eager_bytes), as on
+    // every backend: MPI may read the caller's buffer until the request
+    // completes (MPICH does so for a send to self), so without it a buffer
+    // reused before sync() would send its later contents on some paths only.
+    std::unique_ptr<std::byte[]> copy;
+    const void* from = ptr;
+    if (bytes != 0 && bytes <= detail::eager_bytes) {
+      try {
+        copy = state_->pool.take_eager();  // recycled: no allocation in steady state
+        std::memcpy(copy.get(), ptr, bytes);
+        from = copy.get();
+      } catch (const std::bad_alloc&) {
+        return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory copying a small send"));
+      }
+    }
     MPI_Request req = MPI_REQUEST_NULL;
-    const int rc = MPI_Isend(ptr, static_cast<int>(count), dt, static_cast<int>(dest), static_cast<int>(tag),
+    const int rc = MPI_Isend(from, static_cast<int>(count), dt, static_cast<int>(dest), static_cast<int>(tag),
                              state_->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Isend");
-    state_->pool.add(req, numbered(c), dt);
+    state_->pool.add_send(req, numbered(c), dt, std::move(copy));
     return {};
   }
 
@@ -1018,7 +1043,24 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     int flag = 0;
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st{};
-    int rc = MPI_Improbe(static_cast<int>(p.call.peer), static_cast<int>(p.call.tag), state_->comm, &flag, &msg, &st);
+    int src = mpi_source(p.call.peer), tag = mpi_tag(p.call.tag);
+    int rc = MPI_SUCCESS;
+    if (overlaps_earlier(i)) {
+      // An earlier unmatched receive with an overlapping pattern (a wildcard
+      // on either side) comes first in MPI's order: look at the message this
+      // one would take without taking it, and leave it to the earlier one if
+      // that one matches it too; else take exactly that message.
+      rc = MPI_Iprobe(src, tag, state_->comm, &flag, &st);
+      if (rc == MPI_SUCCESS) {
+        if (!flag) return false;
+        if (taken_by_earlier(i, static_cast<std::size_t>(st.MPI_SOURCE), static_cast<std::uint32_t>(st.MPI_TAG))) {
+          return false;
+        }
+        src = st.MPI_SOURCE;
+        tag = st.MPI_TAG;
+      }
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Improbe(src, tag, state_->comm, &flag, &msg, &st);
     if (rc != MPI_SUCCESS) {
       if (!first) first = request_error(p, st, rc);
       p.unmatched = false;
@@ -1037,8 +1079,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                                      ? detail::cat(static_cast<std::size_t>(bytes) / elem, " elements")
                                      : detail::cat(bytes, " bytes");
         first = this->error(Errc::truncated, p.call,
-                            detail::cat("message truncated: rank ", p.call.peer, " sent ", sent, " with tag ",
-                                        p.call.tag, ", recv posted for ", p.call.count,
+                            detail::cat("message truncated: rank ", st.MPI_SOURCE, " sent ", sent, " with tag ",
+                                        st.MPI_TAG, ", recv posted for ", p.call.count,
                                         " elements (MPI_ERR_TRUNCATE avoided: the message was probed and dropped)"),
                             MPI_ERR_TRUNCATE);
       }
@@ -1057,6 +1099,70 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
     } catch (const std::bad_alloc&) {
       MPI_Mrecv(nullptr, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);  // truncates on purpose: the data is dropped
+    }
+  }
+
+  // polycoll's wildcards as MPI's. Ranks and tags that reach here were
+  // checked: a rank below the world size, a tag up to MPI_TAG_UB.
+  static int mpi_source(std::size_t src) noexcept {
+    return src == any_source ? MPI_ANY_SOURCE : static_cast<int>(src);
+  }
+  static int mpi_tag(std::uint32_t tag) noexcept { return tag == any_tag ? MPI_ANY_TAG : static_cast<int>(tag); }
+
+  // True when an earlier unmatched receive could take a message receive i
+  // could take (equal patterns, or a wildcard on either side).
+  bool overlaps_earlier(std::size_t i) const noexcept {
+    const auto& pool = state_->pool;
+    const detail::CallDesc& p = pool.pending(i).call;
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& q = pool.pending(j);
+      if (!q.unmatched) continue;
+      const bool src = q.call.peer == p.peer || q.call.peer == any_source || p.peer == any_source;
+      const bool tag = q.call.tag == p.tag || q.call.tag == any_tag || p.tag == any_tag;
+      if (src && tag) return true;
+    }
+    return false;
+  }
+
+  // True when an unmatched receive before i matches a message from (src, tag).
+  bool taken_by_earlier(std::size_t i, std::size_t src, std::uint32_t tag) const noexcept {
+    const auto& pool = state_->pool;
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& q = pool.pending(j);
+      if (q.unmatched && (q.call.peer == any_source || q.call.peer == src) &&
+          (q.call.tag == any_tag || q.call.tag == tag)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The first pending message a receive from (src, tag) posted now would
+  // take (MPI_Iprobe). The receives already posted come first in MPI's order,
+  // so they are matched before, and a message one of them still waits for is
+  // theirs (matched again, then probed again).
+  Result<std::optional<detail::Envelope>> probe_impl(std::size_t src, std::uint32_t tag) {
+    const auto c = detail::CallDesc::p2p(detail::Call::probe, detail::npos, DType::U8, src, tag);
+    if (!live(0)) [[unlikely]] return tl::unexpected(enter(c, 0).error());
+    if (auto s = check_tag(c, tag); !s) return tl::unexpected(std::move(s.error()));
+    auto guard = lock();
+    for (;;) {
+      std::optional<Error> first;
+      (void)match_receives(first);  // an error stays for the next sync(), as recv's does
+      if (first && !state_->deferred) state_->deferred = std::move(first);
+      state_->pool.compact();
+      int flag = 0;
+      MPI_Status st{};
+      const int rc = MPI_Iprobe(mpi_source(src), mpi_tag(tag), state_->comm, &flag, &st);
+      if (rc != MPI_SUCCESS) return tl::unexpected(mpi_error(c, rc, "MPI_Iprobe").error());
+      if (!flag) return std::optional<detail::Envelope>{};
+      const auto from = static_cast<std::size_t>(st.MPI_SOURCE);
+      const auto with = static_cast<std::uint32_t>(st.MPI_TAG);
+      // Each pass matches at least the first unmatched receive that takes it, so this ends.
+      if (taken_by_earlier(state_->pool.size(), from, with)) continue;
+      int bytes = 0;
+      MPI_Get_count(&st, MPI_BYTE, &bytes);
+      return std::optional<detail::Envelope>{detail::Envelope{from, with, static_cast<std::size_t>(std::max(bytes, 0))}};
     }
   }
 
@@ -1156,13 +1262,18 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     std::optional<Error> first = std::exchange(state_->deferred, std::nullopt);
     bool done = true;
     if (!state_->pool.empty()) done = drain(dl, state_->seq, guard, first);
+    std::optional<detail::CallDesc> changed;
     if (state_->pool.empty()) {
       // Every timed-out collective has completed: MPI is done with their buffers.
       state_->retired_x.clear();
       state_->retired_ints.clear();
       if (!state_->deferred) state_->pool.mark_idle();
+      // Every send completed: with the check on, none of their buffers may
+      // have changed since it was posted.
+      if (state_->check) [[unlikely]] changed = state_->ledger.verify();
     }
     if (first) return tl::unexpected(std::move(*first));
+    if (changed) return tl::unexpected(this->error(Errc::mismatch, *changed, detail::send_changed_text));
     if (!done) {
       return tl::unexpected(this->error(
           Errc::timeout, c,

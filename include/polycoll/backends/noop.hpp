@@ -1,10 +1,12 @@
 #pragma once
 /// @file backends/noop.hpp
 /// NoOp: a world of one rank. In-place collectives do nothing, all_gather and
-/// reduce_scatter copy send to recv, send/recv to self match by tag at sync().
+/// reduce_scatter copy send to recv, send/recv to self match by tag at sync()
+/// (a small send is copied when posted; probe sees the unmatched sends).
 /// Useful as the serial build of a distributed code and as the reference for
 /// the cost of the front end.
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -15,6 +17,7 @@
 
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
+#include <polycoll/detail/send_check.hpp>
 #include <polycoll/log.hpp>
 
 namespace polycoll {
@@ -25,6 +28,9 @@ template <DType D>
 struct supports_dtype<NoOp, D> : std::true_type {};
 template <DType D, ReduceOp Op>
 struct supports_reduction<NoOp, D, Op> : std::bool_constant<is_valid_v<D, Op>> {};
+/// NoOp has probe and wildcard receives (its one rank sends to itself).
+template <>
+struct supports_probe<NoOp> : std::true_type {};
 
 /// The world-of-one backend.
 class NoOp : public Communicator<NoOp> {
@@ -37,10 +43,11 @@ class NoOp : public Communicator<NoOp> {
   /// A communicator of one rank with `options` (drop_timeout is moot: nothing waits).
   explicit NoOp(Options options) : options_(options) {}
   /// Takes over `other`'s pending send/recv (`other` stays a usable world of one).
-  NoOp(NoOp&& other) noexcept : Communicator<NoOp>(std::move(other)), options_(other.options_) {
+  NoOp(NoOp&& other) noexcept : Communicator<NoOp>(std::move(other)), options_(other.options_), check_(other.check_) {
     std::lock_guard lock(other.p2p_->mutex);
     p2p_->sends = std::move(other.p2p_->sends);
     p2p_->recvs = std::move(other.p2p_->recvs);
+    p2p_->ledger.take(other.p2p_->ledger);
   }
   /// Reports this one's unmatched send/recv (drop contract), then takes over `other`'s.
   NoOp& operator=(NoOp&& other) noexcept {
@@ -48,8 +55,10 @@ class NoOp : public Communicator<NoOp> {
       report_dropped();
       std::scoped_lock lock(p2p_->mutex, other.p2p_->mutex);
       options_ = other.options_;
+      check_ = other.check_;
       p2p_->sends = std::move(other.p2p_->sends);
       p2p_->recvs = std::move(other.p2p_->recvs);
+      p2p_->ledger.take(other.p2p_->ledger);
     }
     return *this;
   }
@@ -67,12 +76,19 @@ class NoOp : public Communicator<NoOp> {
     detail::CallDesc call;
     std::uint64_t address;
     std::size_t bytes;
+    // A send of at most detail::eager_bytes is copied here when posted.
+    bool copied = false;
+    std::array<std::byte, detail::eager_bytes> eager;
+    const void* data() const noexcept {
+      return copied ? static_cast<const void*>(eager.data()) : detail::to_ptr<const void>(address);
+    }
   };
   struct P2p {
     std::mutex mutex;
     std::deque<Message> sends;
     std::deque<Message> recvs;
     std::atomic<std::size_t> groups{0};  // open groups (nothing to batch with one rank)
+    detail::SendLedger ledger;           // the consistency check's hashes of the pending sends
   };
 
   std::size_t world_size_impl() const noexcept { return 1; }
@@ -150,17 +166,40 @@ class NoOp : public Communicator<NoOp> {
 
   template <DType D, class T>
   Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
+    const auto call = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
+    const std::size_t bytes = count * sizeof(T);
+    if (check_) [[unlikely]] p2p_->ledger.record(call, ptr, bytes);
     std::lock_guard lock(p2p_->mutex);
-    p2p_->sends.push_back({detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag), detail::to_address(ptr),
-                           count * sizeof(T)});
+    Message& m = p2p_->sends.emplace_back();
+    m.call = call;
+    m.address = detail::to_address(ptr);
+    m.bytes = bytes;
+    if (bytes != 0 && bytes <= detail::eager_bytes) {
+      std::memcpy(m.eager.data(), ptr, bytes);
+      m.copied = true;
+    }
     return {};
   }
   template <DType D, class T>
   Status recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
     std::lock_guard lock(p2p_->mutex);
-    p2p_->recvs.push_back({detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag), detail::to_address(ptr),
-                           count * sizeof(T)});
+    Message& m = p2p_->recvs.emplace_back();
+    m.call = detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag);
+    m.address = detail::to_address(ptr);
+    m.bytes = count * sizeof(T);
     return {};
+  }
+
+  // The oldest pending send (to itself) with the tag; the sends are matched
+  // at sync(), so until then every one is pending.
+  Result<std::optional<detail::Envelope>> probe_impl(std::size_t, std::uint32_t tag) {
+    std::lock_guard lock(p2p_->mutex);
+    for (const Message& s : p2p_->sends) {
+      if (tag == any_tag || s.call.tag == tag) {
+        return std::optional<detail::Envelope>{detail::Envelope{0, s.call.tag, s.bytes}};
+      }
+    }
+    return std::optional<detail::Envelope>{};
   }
 
   // Matches every pending recv with the oldest send of the same tag. With one
@@ -173,7 +212,7 @@ class NoOp : public Communicator<NoOp> {
     auto& recvs = p2p_->recvs;
     for (auto r = recvs.begin(); r != recvs.end();) {
       auto s = sends.begin();
-      while (s != sends.end() && s->call.tag != r->call.tag) ++s;
+      while (s != sends.end() && r->call.tag != any_tag && s->call.tag != r->call.tag) ++s;
       if (s == sends.end()) {
         ++r;
         continue;
@@ -187,7 +226,7 @@ class NoOp : public Communicator<NoOp> {
                                         detail::cat("message truncated: ", detail::describe(s->call), " sends ",
                                                     s->call.count, " elements, recv posted for ", r->call.count)));
         } else if (s->bytes != 0) {
-          std::memmove(detail::to_ptr<void>(r->address), detail::to_ptr<const void>(s->address), s->bytes);
+          std::memmove(detail::to_ptr<void>(r->address), s->data(), s->bytes);
         }
       }
       sends.erase(s);
@@ -200,6 +239,13 @@ class NoOp : public Communicator<NoOp> {
     }
     sends.clear();
     recvs.clear();
+    // Every send completed: with the check on, none of their buffers may have
+    // changed since it was posted.
+    if (check_) [[unlikely]] {
+      if (auto changed = p2p_->ledger.verify(); changed && result) {
+        result = tl::unexpected(error(Errc::mismatch, *changed, detail::send_changed_text));
+      }
+    }
     return result;
   }
   Status barrier_impl() { return sync_impl(); }
@@ -228,9 +274,11 @@ class NoOp : public Communicator<NoOp> {
       p2p_->sends.clear();
       p2p_->recvs.clear();
     }
+    p2p_->ledger.clear();
   }
 
   Options options_{};
+  bool check_ = options_.check_consistency || detail::check_from_environment();
   std::unique_ptr<P2p> p2p_ = std::make_unique<P2p>();
 };
 

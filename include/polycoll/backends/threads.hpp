@@ -11,8 +11,10 @@
 /// slices from their owners (all-gather). On both paths every element is
 /// folded in rank order 0, 1, ..., n-1, so results do not depend on the size
 /// or the element's position. send/recv are matched by (src, tag)
-/// in order; the second of a matching pair to be posted does the copy, and
-/// sync() waits for this rank's operations to complete. See docs/backends.md.
+/// in order (any_source / any_tag receives too, in MPI's order); the second
+/// of a matching pair to be posted does the copy (a send of at most
+/// detail::eager_bytes that waits for its receive was copied when posted),
+/// and sync() waits for this rank's operations to complete. See docs/backends.md.
 
 #include <algorithm>
 #include <atomic>
@@ -35,6 +37,7 @@
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/layout.hpp>
+#include <polycoll/detail/send_check.hpp>
 #include <polycoll/detail/wait.hpp>
 #include <polycoll/kernels/reduce.hpp>
 #include <polycoll/log.hpp>
@@ -47,6 +50,9 @@ template <DType D>
 struct supports_dtype<Threads, D> : std::true_type {};
 template <DType D, ReduceOp Op>
 struct supports_reduction<Threads, D, Op> : std::bool_constant<is_valid_v<D, Op>> {};
+/// Threads has probe and any_source / any_tag receives.
+template <>
+struct supports_probe<Threads> : std::true_type {};
 
 namespace detail::threads {
 
@@ -55,12 +61,27 @@ inline constexpr std::size_t small_bytes = 16 * 1024;
 /// Large-path slices start on this boundary so two ranks never write one cache line.
 inline constexpr std::size_t slice_align = 64;
 
+/// Sends up to this many bytes are copied at post (detail/send_check.hpp).
+inline constexpr std::size_t eager_bytes = polycoll::detail::eager_bytes;
+
 struct PendingSend {
-  const void* ptr;
-  std::size_t bytes;
-  std::size_t src;
+  // User-provided, so that emplace_back() does not zero `eager` first.
+  PendingSend() noexcept {}  // NOLINT(modernize-use-equals-default)
+  const void* ptr = nullptr;
+  std::size_t bytes = 0;
+  std::size_t src = 0;
   CallDesc call;
+  bool copied = false;  // the bytes are in `eager`, not at `ptr`
+  alignas(16) std::byte eager[eager_bytes];
+
+  const void* data() const noexcept { return copied ? static_cast<const void*>(eager) : ptr; }
 };
+
+// A posted receive (`peer` any_source, `tag` any_tag: wildcards) matches a
+// send from `src` with `tag`.
+constexpr bool matches(std::size_t want_src, std::uint32_t want_tag, std::size_t src, std::uint32_t tag) noexcept {
+  return (want_src == any_source || want_src == src) && (want_tag == any_tag || want_tag == tag);
+}
 struct PendingRecv {
   void* ptr;
   std::size_t bytes;
@@ -137,6 +158,7 @@ struct alignas(64) RankState {
   std::mutex mailbox;
   std::vector<PendingSend> sends;
   std::vector<PendingRecv> recvs;
+  SendLedger ledger;  // the consistency check's hashes of this rank's sends (check on)
   alignas(64) std::atomic<std::uint32_t> p2p_pending{0};  // this rank's posted, incomplete ops
   std::mutex error_mutex;
   std::optional<Error> p2p_error;
@@ -724,19 +746,35 @@ class Threads : public Communicator<Threads> {
     if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
     RankState& m = me();
     RankState& box = peer(dest);
+    const std::size_t bytes = count * sizeof(T);
+    if (world_->check) [[unlikely]] m.ledger.record(call, ptr, bytes);
     m.p2p_pending.fetch_add(1, std::memory_order_relaxed);
     std::unique_lock lock(box.mailbox);
+    // The earliest posted receive that matches (MPI's order).
     auto it = std::find_if(box.recvs.begin(), box.recvs.end(), [&](const detail::threads::PendingRecv& r) {
-      return r.call.peer == rank_ && r.call.tag == tag;
+      return detail::threads::matches(r.call.peer, r.call.tag, rank_, tag);
     });
     if (it == box.recvs.end()) {
-      box.sends.push_back({ptr, count * sizeof(T), rank_, call});
+      detail::threads::PendingSend& s = box.sends.emplace_back();
+      s.ptr = ptr;
+      s.bytes = bytes;
+      s.src = rank_;
+      s.call = call;
+      if (bytes <= detail::threads::eager_bytes) {
+        detail::threads::copy(s.eager, ptr, bytes);
+        s.copied = true;
+      }
       return {};
     }
     const detail::threads::PendingRecv r = *it;
     box.recvs.erase(it);
     lock.unlock();
-    deliver({ptr, count * sizeof(T), rank_, call}, r, dest);
+    detail::threads::PendingSend s;
+    s.ptr = ptr;
+    s.bytes = bytes;
+    s.src = rank_;
+    s.call = call;
+    deliver(s, r, dest);
     return {};
   }
 
@@ -748,8 +786,11 @@ class Threads : public Communicator<Threads> {
     RankState& m = me();
     m.p2p_pending.fetch_add(1, std::memory_order_relaxed);
     std::unique_lock lock(m.mailbox);
+    // The earliest arrived send that matches: sends from one rank arrive in
+    // the order it posted them, so MPI's non-overtaking order holds, for a
+    // wildcard receive too.
     auto it = std::find_if(m.sends.begin(), m.sends.end(), [&](const detail::threads::PendingSend& s) {
-      return s.src == src && s.call.tag == tag;
+      return detail::threads::matches(src, tag, s.src, s.call.tag);
     });
     if (it == m.sends.end()) {
       m.recvs.push_back({ptr, count * sizeof(T), call});
@@ -760,6 +801,23 @@ class Threads : public Communicator<Threads> {
     lock.unlock();
     deliver(s, {ptr, count * sizeof(T), call}, rank_);
     return {};
+  }
+
+  // The first unmatched send to this rank that a receive from (src, tag)
+  // posted now would take; the mailbox holds exactly those (a send that finds
+  // a posted receive is delivered at once).
+  Result<std::optional<detail::Envelope>> probe_impl(std::size_t src, std::uint32_t tag) {
+    const auto call = detail::CallDesc::p2p(detail::Call::probe, detail::npos, DType::U8, src, tag);
+    if (!world_) return tl::unexpected(moved_from(call));
+    if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
+    RankState& m = me();
+    std::lock_guard lock(m.mailbox);
+    for (const auto& s : m.sends) {
+      if (detail::threads::matches(src, tag, s.src, s.call.tag)) {
+        return std::optional<detail::Envelope>{detail::Envelope{s.src, s.call.tag, s.bytes}};
+      }
+    }
+    return std::optional<detail::Envelope>{};
   }
 
   // Copies a matched pair and completes both sides. Runs on whichever thread
@@ -776,7 +834,7 @@ class Threads : public Communicator<Threads> {
                                detail::cat("message truncated: rank ", s.src, " sent ", s.call.count,
                                            " elements with tag ", s.call.tag, ", recv posted for ", r.call.count));
     } else if (s.bytes != 0) {
-      detail::threads::copy(r.ptr, s.ptr, s.bytes);
+      detail::threads::copy(r.ptr, s.data(), s.bytes);
     }
     if (err) {
       std::lock_guard g(rx.error_mutex);
@@ -814,12 +872,17 @@ class Threads : public Communicator<Threads> {
                           detail::describe(call), " with pending: ", pending));
       return tl::unexpected(error(Errc::timeout, call, what));
     }
+    // Every send of this rank completed: with the check on, none of their
+    // buffers may have changed since it was posted.
+    std::optional<detail::CallDesc> changed;
+    if (w.check) [[unlikely]] changed = m.ledger.verify();
     std::lock_guard g(m.error_mutex);
     if (m.p2p_error) {
       Error e = std::move(*m.p2p_error);
       m.p2p_error.reset();
       return tl::unexpected(std::move(e));
     }
+    if (changed) return tl::unexpected(error(Errc::mismatch, *changed, detail::send_changed_text));
     return {};
   }
 

@@ -21,13 +21,15 @@ namespace polycoll::detail {
 enum class Call : std::uint8_t {
   all_reduce, broadcast, all_gather, reduce_scatter, send, recv, sync, barrier, split,
   reduce, gather, scatter, all_to_all, all_gather_v, all_to_all_v, send_recv, group_start, group_end,
+  probe,
   count_  // number of calls, for the completeness check below
 };
 
 inline constexpr std::string_view call_names[] = {
     "all_reduce", "broadcast",  "all_gather",   "reduce_scatter", "send",      "recv",
     "sync",       "barrier",    "split",        "reduce",         "gather",    "scatter",
-    "all_to_all", "all_gather_v", "all_to_all_v", "send_recv",    "group_start", "group_end"};
+    "all_to_all", "all_gather_v", "all_to_all_v", "send_recv",    "group_start", "group_end",
+    "probe"};
 static_assert(std::size(call_names) == static_cast<std::size_t>(Call::count_), "a Call without a name");
 
 constexpr std::string_view call_name(Call c) noexcept { return call_names[static_cast<std::uint8_t>(c)]; }
@@ -142,8 +144,15 @@ inline std::string describe(const CallDesc& c) {
   if (c.has_dtype) add("dtype", dtype_text(c.dtype));
   if (c.has_op) add("op", op_text(c.op));
   if (c.root != npos) add("root", std::to_string(c.root));
-  if (c.peer != npos) add(c.call == Call::recv ? "src" : "dest", std::to_string(c.peer));
-  if (c.has_tag) add("tag", std::to_string(c.tag));
+  // A p2p call (it has a tag) whose peer is npos received from any_source;
+  // a recv or probe with tag 0xFFFFFFFF matches any_tag (polycoll's wildcards).
+  const bool takes = c.call == Call::recv || c.call == Call::probe;
+  if (c.peer != npos) {
+    add(takes ? "src" : "dest", std::to_string(c.peer));
+  } else if (c.has_tag) {
+    add(takes ? "src" : "dest", "any_source");
+  }
+  if (c.has_tag) add("tag", takes && c.tag == 0xFFFFFFFFu ? std::string("any_tag") : std::to_string(c.tag));
   s += ')';
   return s;
 }

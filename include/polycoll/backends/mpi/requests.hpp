@@ -4,7 +4,8 @@
 // errors and timeout lists) and what must run when it completes (the Avg
 // division, the in-place reduce_scatter move). Storage is reserved up front
 // and reused, so posting and completing make no allocation in steady state
-// (apart from the scratch block of a posted in-place reduce_scatter).
+// (apart from the scratch block of a posted in-place reduce_scatter; the
+// copies of small sends are blocks recycled through a free list).
 // Internal to backends/mpi.hpp.
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <mpi.h>
 
 #include <polycoll/detail/call.hpp>
+#include <polycoll/detail/send_check.hpp>
 #include <polycoll/kernels/reduce.hpp>
 
 namespace polycoll::detail::mpi {
@@ -57,6 +59,7 @@ struct Pending {
   // Memory MPI writes until the request completes (a posted in-place
   // reduce_scatter's result block): freed with the entry once it is done.
   std::unique_ptr<std::byte[]> scratch;
+  bool eager = false;  // scratch is a small send's copy (eager_bytes): recycled, not freed
 };
 
 class RequestPool {
@@ -77,6 +80,26 @@ class RequestPool {
     requests_.push_back(r);
     pending_.push_back(Pending{call, dt, finish, nullptr, false, std::move(scratch)});
     busy_.store(true, std::memory_order_release);
+  }
+
+  /// Adds a posted send whose bytes MPI reads from `copy` (a block from
+  /// take_eager(), returned to the free list when the entry is done).
+  void add_send(MPI_Request r, const CallDesc& call, MPI_Datatype dt, std::unique_ptr<std::byte[]> copy) {
+    const bool eager = copy != nullptr;
+    add(r, call, dt, {}, std::move(copy));
+    pending_.back().eager = eager;
+  }
+
+  /// A block of eager_bytes for a small send's copy: from the free list, or
+  /// allocated (the first sends only). Throws std::bad_alloc.
+  std::unique_ptr<std::byte[]> take_eager() {
+    if (!eager_free_.empty()) {
+      std::unique_ptr<std::byte[]> b = std::move(eager_free_.back());
+      eager_free_.pop_back();
+      return b;
+    }
+    eager_free_.reserve(eager_free_.capacity() + 1);  // room to give it back without allocating
+    return std::unique_ptr<std::byte[]>(new std::byte[eager_bytes]);
   }
 
   /// Adds a receive that is matched later (see BasicMpi::try_match).
@@ -107,6 +130,8 @@ class RequestPool {
         requests_[j] = requests_[i];
         if (j != i) pending_[j] = std::move(pending_[i]);
         ++j;
+      } else if (pending_[i].eager && pending_[i].scratch && eager_free_.size() < eager_free_.capacity()) {
+        eager_free_.push_back(std::move(pending_[i].scratch));  // within capacity: no allocation, no throw
       }
     }
     requests_.resize(j);
@@ -121,6 +146,7 @@ class RequestPool {
  private:
   std::vector<MPI_Request> requests_;
   std::vector<Pending> pending_;
+  std::vector<std::unique_ptr<std::byte[]>> eager_free_;  // recycled small-send copies
   std::atomic<bool> busy_{false};
 };
 

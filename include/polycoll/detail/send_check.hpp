@@ -1,0 +1,105 @@
+#pragma once
+// The consistency check's send-buffer rule (Options::check_consistency or
+// POLYCOLL_CHECK=1): a send completes at sync(), like MPI_Isend, so its buffer
+// must not change before then. A backend records a hash of each send's bytes
+// when it is posted and compares it when the sender's sync() has completed
+// the send; a difference is Errc::mismatch naming the send. Internal.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <polycoll/detail/call.hpp>
+#include <polycoll/error.hpp>
+
+namespace polycoll::detail {
+
+/// A send of at most this many bytes that finds no posted receive is copied
+/// when it is posted (an eager copy, like MPI's eager protocol), on NoOp and
+/// Threads: the sender may then reuse such a buffer at once, as it may on Mpi,
+/// so a program that does so (an error by the contract: a send completes at
+/// sync()) gets the same answer on every backend. Larger sends are read when
+/// they are delivered. 256 bytes keeps the copy inside the queue entry (no
+/// allocation); docs/benchmarks.md measures the p2p latency with it.
+inline constexpr std::size_t eager_bytes = 256;
+
+/// A 64-bit hash of `bytes` bytes at `p`, eight bytes a step (the check's
+/// cost is one pass over each send buffer at post and one at sync).
+inline std::uint64_t hash_bytes(const void* p, std::size_t bytes) noexcept {
+  const auto* b = static_cast<const unsigned char*>(p);
+  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ bytes;
+  auto mix = [&](std::uint64_t w) {
+    h ^= w;
+    h *= 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+  };
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, b + i, 8);
+    mix(w);
+  }
+  if (i < bytes) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, b + i, bytes - i);
+    mix(w ^ 0xA5);
+  }
+  return h;
+}
+
+/// The sends a rank posted since its last completed sync(), with their hashes.
+class SendLedger {
+ public:
+  /// Records a send of `bytes` bytes at `p` (called at post time, check on).
+  void record(const CallDesc& call, const void* p, std::size_t bytes) {
+    std::lock_guard g(mutex_);
+    sends_.push_back({call, p, bytes, hash_bytes(p, bytes)});
+  }
+
+  /// Compares every recorded send's bytes with their hash at post and forgets
+  /// them; returns the first send whose buffer changed, if any.
+  std::optional<CallDesc> verify() {
+    std::lock_guard g(mutex_);
+    std::optional<CallDesc> changed;
+    for (const Entry& e : sends_) {
+      if (!changed && hash_bytes(e.ptr, e.bytes) != e.hash) changed = e.call;
+    }
+    sends_.clear();
+    return changed;
+  }
+
+  /// Takes over `other`'s records (a communicator moved with its pending sends).
+  void take(SendLedger& other) {
+    if (&other == this) return;
+    std::scoped_lock g(mutex_, other.mutex_);
+    sends_ = std::move(other.sends_);
+    other.sends_.clear();
+  }
+
+  /// Forgets the recorded sends (a communicator that drops its pending work).
+  void clear() noexcept {
+    std::lock_guard g(mutex_);
+    sends_.clear();
+  }
+
+ private:
+  struct Entry {
+    CallDesc call;
+    const void* ptr;
+    std::size_t bytes;
+    std::uint64_t hash;
+  };
+  std::mutex mutex_;
+  std::vector<Entry> sends_;
+};
+
+/// The text of the check's verdict on a changed send buffer.
+inline constexpr const char* send_changed_text =
+    "consistency check failed: the send buffer changed between the send and the sync() that completed it "
+    "(a send completes at sync(), like MPI_Isend: do not reuse its buffer before then)";
+
+}  // namespace polycoll::detail
