@@ -163,6 +163,44 @@ TEST_CASE("AnyCommunicator is a Communicator<AnyCommunicator>: generic typed cod
   CHECK(seed_only.target<Recorder>()->records.back().call == "all_reduce");
 }
 
+TEST_CASE("AnyCommunicator forwards the out-of-place all_reduce and all_reduce_value", "[any]") {
+  constexpr std::size_t n = 3;
+  std::array<bool, n> ok{};
+  const Status run = Threads::run(n, [&](Threads& t) {
+    const std::size_t r = t.rank();
+    AnyCommunicator any{std::move(t)};
+    std::vector<long long> send{static_cast<long long>(r), 1}, recv(2);
+    double d = static_cast<double>(r);
+    bool good = any.all_reduce(detail::to_address(send.data()), detail::to_address(recv.data()), 2, DType::I64,
+                               ReduceOp::Sum) &&
+                recv[0] == 3 && recv[1] == 3;
+    good = good && any.all_reduce(std::span<const long long>(send), std::span<long long>(recv), polycoll::max) &&
+           recv[0] == 2 && recv[1] == 1;
+    good = good && any.all_reduce_value(detail::to_address(&d), DType::F64, ReduceOp::Max) && d == 2.0;
+    const auto v = any.all_reduce_value(static_cast<unsigned char>(r + 1), polycoll::prod);
+    ok[r] = good && v && *v == 6;
+  });
+  REQUIRE(run);
+  CHECK(ok == std::array<bool, n>{true, true, true});
+
+  // The held backend's front end checks; a seed-only backend gets the copy-then-in-place fallback.
+  AnyCommunicator seed_only{Recorder(4, 2)};
+  std::array<float, 8> buf{};
+  const auto a = detail::to_address(buf.data());
+  const Status overlap = seed_only.all_reduce(a, a + 4, 4, DType::F32, ReduceOp::Sum);
+  REQUIRE_FALSE(overlap);
+  CHECK(overlap.error().message.find("overlap") != std::string::npos);
+  CHECK(overlap.error().message.find("[recorder]") != std::string::npos);
+  buf[1] = 5.0f;
+  CHECK(seed_only.all_reduce(a, a + 4 * sizeof(float), 4, DType::F32, ReduceOp::Sum));
+  CHECK(buf[5] == 5.0f);  // the Recorder does not reduce: recv holds send's copy
+  CHECK(seed_only.target<Recorder>()->records.back().call == "all_reduce");
+  AnyCommunicator empty = std::move(seed_only);
+  const Status moved = seed_only.all_reduce_value(a, DType::F32, ReduceOp::Sum);  // NOLINT(bugprone-use-after-move)
+  REQUIRE_FALSE(moved);
+  CHECK(moved.error().message.find("all_reduce_value on a moved-from AnyCommunicator") != std::string::npos);
+}
+
 TEST_CASE("AnyCommunicator: no allocation per call", "[any]") {
   AnyCommunicator any{NoOp{}};
   std::array<double, 8> buf{};

@@ -386,6 +386,125 @@ TEST_CASE("typed surface of the extra collectives", "[conformance][typed]" POLYC
   }
 }
 
+// Out of place (MPI_Allreduce(send, recv)) and in place through send == recv,
+// on the seed surface, for a few (dtype, op) pairs whose paths differ on Mpi
+// at 2 ranks (exchange, shared window, halving, MPI's own) and counts across
+// those paths' thresholds; send must be left as it was.
+TEST_CASE("all_reduce out of place", "[conformance][all_reduce]" POLYCOLL_TAG) {
+  each_world([](B& comm, Report& rep) {
+    const std::size_t w = comm.world_size(), r = comm.rank();
+    auto run = [&]<DType D, ReduceOp Op>(dtype_tag<D>, op_tag<Op>) {
+      using T = typename dtype_tag<D>::type;
+      if constexpr (supports_reduction_v<B, D, Op>) {
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{2048}, std::size_t{4097},
+                              std::size_t{70000}}) {
+          Array<T> host(n);
+          for (std::size_t i = 0; i < n; ++i) host[i] = input<T>(Op, w, r, i);
+          Buf<T> send(n), recv(n);
+          send.write(host);
+          const auto what = ctx("all_reduce", D, n, ", op=" + std::string(name(Op)) + ", out of place");
+          rep.expect_ok(comm.all_reduce(send.address(), recv.address(), n, D, Op), what);
+          rep.expect_ok(comm.sync(), what + " sync");
+          check_reduced(rep, recv.read(), Op, w, 0, what);
+          rep.expect_equal(send.read(), host, what + ": send must be unchanged");
+          const auto in_place = ctx("all_reduce", D, n, ", op=" + std::string(name(Op)) + ", send == recv");
+          rep.expect_ok(comm.all_reduce(send.address(), send.address(), n, D, Op), in_place);
+          rep.expect_ok(comm.sync(), in_place + " sync");
+          check_reduced(rep, send.read(), Op, w, 0, in_place);
+        }
+      }
+    };
+    run(dtype_tag<DType::F32>{}, op_tag<ReduceOp::Sum>{});
+    run(dtype_tag<DType::F16>{}, op_tag<ReduceOp::Sum>{});
+    run(dtype_tag<DType::I64>{}, op_tag<ReduceOp::Max>{});
+    run(dtype_tag<DType::F64>{}, op_tag<ReduceOp::Avg>{});
+
+    // A partial overlap is an error on every rank (it is checked before any
+    // communication), as is a null send with a count.
+    Buf<float> buf(16);
+    const std::uint64_t a = buf.address();
+    const Status overlap = comm.all_reduce(a, a + 4 * sizeof(float), 8, DType::F32, ReduceOp::Sum);
+    rep.expect(!overlap && overlap.error().code == Errc::invalid_argument &&
+                   overlap.error().message.find("overlap") != std::string::npos &&
+                   overlap.error().message.find("all_reduce(count=8, dtype=f32, op=sum)") != std::string::npos,
+               "all_reduce partial overlap must be invalid_argument naming the call: " +
+                   (overlap ? std::string("succeeded") : overlap.error().message));
+    const Status null_send = comm.all_reduce(0, a, 4, DType::F32, ReduceOp::Sum);
+    rep.expect(!null_send && null_send.error().message.find("send buffer is null") != std::string::npos,
+               "all_reduce null send");
+    const Status bad_op = comm.all_reduce(a, a + 8 * sizeof(float), 4, DType::I32, ReduceOp::Avg);
+    rep.expect(!bad_op && bad_op.error().code == Errc::invalid_argument, "all_reduce avg on i32 out of place");
+    rep.expect_ok(comm.barrier(), "barrier");
+  });
+}
+
+// all_reduce_value returns the reduced value, complete, on every backend (on
+// Nccl from host memory through the device); the typed out-of-place call and
+// the standard integer types other than the exact-width ones (long long,
+// char, unsigned short) on host-memory backends.
+TEST_CASE("all_reduce_value and the typed out-of-place all_reduce", "[conformance][all_reduce]" POLYCOLL_TAG) {
+  each_world([](B& comm, Report& rep) {
+    const std::size_t w = comm.world_size(), r = comm.rank();
+    const auto tri = static_cast<long long>(w * (w + 1) / 2);
+    auto check_value = [&](const auto& got, auto want, const std::string& what) {
+      rep.expect(got.has_value(), what + (got ? "" : ": " + got.error().message));
+      if (got) rep.expect(*got == want, what + ": wrong value");
+    };
+    check_value(comm.all_reduce_value(static_cast<float>(r + 1), polycoll::sum), static_cast<float>(tri),
+                "all_reduce_value(float, sum)");
+    check_value(comm.all_reduce_value(static_cast<long long>(r) - 5, polycoll::max),
+                static_cast<long long>(w) - 6, "all_reduce_value(long long, max)");
+    check_value(comm.all_reduce_value(2.0 * static_cast<double>(r), ReduceOp::Avg), static_cast<double>(w) - 1.0,
+                "all_reduce_value(double, run-time avg)");
+    check_value(comm.all_reduce_value(r == 0, ReduceOp::Max), true, "all_reduce_value(bool, run-time max)");
+    const auto bad = comm.all_reduce_value(3, ReduceOp::Avg);
+    rep.expect(!bad && bad.error().code == Errc::invalid_argument &&
+                   bad.error().message.find("op avg is not defined for dtype i32") != std::string::npos,
+               "all_reduce_value(int, avg) must be invalid_argument");
+    // Seed form: the element at a host address.
+    std::uint16_t u = static_cast<std::uint16_t>(r + 1);
+    rep.expect_ok(comm.all_reduce_value(detail::to_address(&u), DType::U16, ReduceOp::Prod), "seed all_reduce_value");
+    std::uint16_t fact = 1;
+    for (std::size_t q = 1; q <= w; ++q) fact = static_cast<std::uint16_t>(fact * q);
+    rep.expect(u == fact, "seed all_reduce_value(u16, prod) value");
+    const Status null_value = comm.all_reduce_value(0, DType::F32, ReduceOp::Sum);
+    rep.expect(!null_value && null_value.error().code == Errc::invalid_argument, "seed all_reduce_value(null)");
+
+    if constexpr (Fx::host_memory) {
+      std::vector<long long> send(5), recv(5);
+      for (std::size_t i = 0; i < 5; ++i) send[i] = static_cast<long long>(r * 10 + i);
+      const std::vector<long long> sent = send;
+      rep.expect_ok(comm.all_reduce(std::span<const long long>(send), std::span<long long>(recv), polycoll::max),
+                    "typed all_reduce(long long, max) out of place");
+      rep.expect_ok(comm.sync(), "sync");
+      rep.expect(recv[4] == static_cast<long long>((w - 1) * 10 + 4) && send == sent,
+                 "typed all_reduce(long long) values, send unchanged");
+      std::vector<unsigned short> us(3, static_cast<unsigned short>(r + 1));
+      rep.expect_ok(comm.all_reduce(us, us, ReduceOp::Sum), "typed all_reduce(unsigned short, run-time sum) in place");
+      std::vector<char> cs(2, static_cast<char>(1));
+      std::vector<char> csum(2);
+      rep.expect_ok(comm.all_reduce(cs, csum, ReduceOp::Sum), "typed all_reduce(char, run-time sum)");
+      rep.expect_ok(comm.sync(), "sync");
+      rep.expect(us[2] == static_cast<unsigned short>(tri), "typed all_reduce(unsigned short) value");
+      rep.expect(csum[1] == static_cast<char>(w), "typed all_reduce(char) value");
+      std::vector<long long> shorter(4);
+      const Status size = comm.all_reduce(std::span<const long long>(send), std::span<long long>(shorter), polycoll::sum);
+      rep.expect(!size && size.error().message.find("recv.size() 4 differs from send.size() 5") != std::string::npos,
+                 "typed all_reduce recv size");
+      const Status part = comm.all_reduce(std::span<long long>(send).first(4), std::span<long long>(send).last(4),
+                                          polycoll::sum);
+      rep.expect(!part && part.error().code == Errc::invalid_argument, "typed all_reduce partial overlap");
+
+      // The value form completes like sync(): work posted before it is complete when it returns.
+      std::vector<float> posted(3, 1.0f);
+      rep.expect_ok(comm.all_reduce(posted, polycoll::sum), "posted all_reduce");
+      check_value(comm.all_reduce_value(1, polycoll::sum), static_cast<int>(w), "all_reduce_value after posted work");
+      rep.expect(posted[2] == static_cast<float>(w), "all_reduce_value completed the earlier posted all_reduce");
+    }
+    rep.expect_ok(comm.barrier(), "barrier");
+  });
+}
+
 TEST_CASE("bad input to the extra collectives is an Error", "[conformance][errors]" POLYCOLL_TAG) {
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();

@@ -1,6 +1,7 @@
 // dtype.hpp, reduce_op.hpp, error.hpp, log.hpp.
 #include <catch2/catch.hpp>
 
+#include <polycoll/communicator.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/error.hpp>
 #include <polycoll/log.hpp>
@@ -80,6 +81,47 @@ TEST_CASE("dtype_of_v maps the C++ element types", "[dtype]") {
   STATIC_REQUIRE(std::is_same_v<dtype_tag<DType::U16>::type, std::uint16_t>);
   STATIC_REQUIRE_FALSE(is_element_type_v<long double>);
   STATIC_REQUIRE_FALSE(is_element_type_v<char*>);
+}
+
+// Every standard integer type maps by size and signedness, like MPI's
+// MPI_LONG_LONG; plain char by the platform's signedness. The other character
+// types are not integers here.
+template <class T>
+constexpr DType by_size_and_sign() {
+  constexpr bool s = std::is_signed_v<T>;
+  switch (sizeof(T)) {
+    case 1: return s ? DType::I8 : DType::U8;
+    case 2: return s ? DType::I16 : DType::U16;
+    case 4: return s ? DType::I32 : DType::U32;
+    default: return s ? DType::I64 : DType::U64;
+  }
+}
+
+TEST_CASE("dtype_of_v maps every standard integer type by size and signedness", "[dtype]") {
+  STATIC_REQUIRE(dtype_of_v<long long> == DType::I64);
+  STATIC_REQUIRE(dtype_of_v<unsigned long long> == DType::U64);
+  STATIC_REQUIRE(dtype_of_v<const long long> == DType::I64);
+  STATIC_REQUIRE(dtype_of_v<signed char> == DType::I8);
+  STATIC_REQUIRE(dtype_of_v<unsigned char> == DType::U8);
+  STATIC_REQUIRE(dtype_of_v<char> == (std::is_signed_v<char> ? DType::I8 : DType::U8));
+  STATIC_REQUIRE(dtype_of_v<short> == by_size_and_sign<short>());
+  STATIC_REQUIRE(dtype_of_v<unsigned short> == by_size_and_sign<unsigned short>());
+  STATIC_REQUIRE(dtype_of_v<int> == by_size_and_sign<int>());
+  STATIC_REQUIRE(dtype_of_v<unsigned> == by_size_and_sign<unsigned>());
+  STATIC_REQUIRE(dtype_of_v<long> == by_size_and_sign<long>());
+  STATIC_REQUIRE(dtype_of_v<unsigned long> == by_size_and_sign<unsigned long>());
+  STATIC_REQUIRE(dtype_of_v<long long> == by_size_and_sign<long long>());
+  STATIC_REQUIRE(dtype_of_v<unsigned long long> == by_size_and_sign<unsigned long long>());
+  STATIC_REQUIRE_FALSE(is_element_type_v<wchar_t>);
+  STATIC_REQUIRE_FALSE(is_element_type_v<char8_t>);
+  STATIC_REQUIRE_FALSE(is_element_type_v<char16_t>);
+  STATIC_REQUIRE_FALSE(is_element_type_v<char32_t>);
+  STATIC_REQUIRE(std::is_same_v<detail::canonical_element_t<long long>, std::int64_t>);
+  STATIC_REQUIRE(std::is_same_v<detail::canonical_element_t<float>, float>);
+  // The exact-width types are their dtype's own type: no compiler barrier around their calls.
+  STATIC_REQUIRE_FALSE(detail::AliasFence<std::int64_t>::needed);
+  STATIC_REQUIRE(detail::AliasFence<const long long>::needed == !std::is_same_v<long long, std::int64_t>);
+  STATIC_REQUIRE(detail::AliasFence<char>::needed);
 }
 
 TEST_CASE("ReduceOp names, parsing and visiting", "[reduce_op]") {

@@ -61,6 +61,8 @@ struct AnyVTable {
   Status (*group_start)(void*) = nullptr;
   Status (*group_end)(void*) = nullptr;
   Result<std::optional<MessageInfo>> (*probe)(void*, std::size_t, std::uint32_t, DType) = nullptr;
+  Status (*all_reduce_out)(void*, std::uint64_t, std::uint64_t, std::size_t, DType, ReduceOp) = nullptr;
+  Status (*all_reduce_value)(void*, std::uint64_t, DType, ReduceOp) = nullptr;
 };
 }  // namespace detail
 
@@ -77,6 +79,7 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   using Base::all_gather;
   using Base::all_gather_v;
   using Base::all_reduce;
+  using Base::all_reduce_value;
   using Base::all_to_all;
   using Base::all_to_all_v;
   using Base::broadcast;
@@ -126,6 +129,17 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   [[nodiscard]] Status all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op) {
     if (!object_) return moved_from("all_reduce");
     return vtable_->all_reduce(object_, ptr, count, dtype, op);
+  }
+  /// See Communicator::all_reduce (out of place).
+  [[nodiscard]] Status all_reduce(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
+                                  ReduceOp op) {
+    if (!object_) return moved_from("all_reduce");
+    return vtable_->all_reduce_out(object_, send, recv, count, dtype, op);
+  }
+  /// See Communicator::all_reduce_value (seed form).
+  [[nodiscard]] Status all_reduce_value(std::uint64_t value, DType dtype, ReduceOp op) {
+    if (!object_) return moved_from("all_reduce_value");
+    return vtable_->all_reduce_value(object_, value, dtype, op);
   }
   /// See Communicator::broadcast.
   [[nodiscard]] Status broadcast(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t root) {
@@ -265,6 +279,15 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   Status all_reduce_impl(dtype_tag<D>, op_tag<Op>, T* buf, std::size_t count) {
     return all_reduce(addr(buf), count, D, Op);
   }
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
+    return all_reduce(addr(send), addr(recv), count, D, Op);
+  }
+  // Returns complete: the held backend's all_reduce_value (its own sync).
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_value_impl(dtype_tag<D>, op_tag<Op>, T* value) {
+    return all_reduce_value(addr(value), D, Op);
+  }
   template <DType D, class T>
   Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
     return broadcast(addr(buf), count, D, root);
@@ -384,6 +407,10 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
         [](void* p) { return as<B>(p).group_start(); },
         [](void* p) { return as<B>(p).group_end(); },
         [](void* p, std::size_t src, std::uint32_t t, DType d) { return as<B>(p).probe(src, t, d); },
+        [](void* p, std::uint64_t s, std::uint64_t r, std::size_t n, DType d, ReduceOp o) {
+          return as<B>(p).all_reduce(s, r, n, d, o);
+        },
+        [](void* p, std::uint64_t v, DType d, ReduceOp o) { return as<B>(p).all_reduce_value(v, d, o); },
     };
   }
 

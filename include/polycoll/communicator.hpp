@@ -7,10 +7,12 @@
 /// backend's `*_impl`.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <ranges>
@@ -110,17 +112,79 @@ template <class R>
 concept buffer_range =
     std::ranges::contiguous_range<R> && std::ranges::sized_range<R> && std::ranges::borrowed_range<R>;
 
+// What a typed call got instead of a buffer_range: one value, a temporary
+// range, or something else. The fallback overloads of the typed calls turn
+// each into one short static_assert instead of every overload's constraint
+// failure.
+template <class R>
+inline constexpr bool is_scalar_argument_v =
+    std::is_arithmetic_v<std::remove_cvref_t<R>> || is_element_type_v<std::remove_cvref_t<R>>;
+
+template <class R>
+inline constexpr bool is_temporary_range_v = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+                                             !std::ranges::borrowed_range<R>;
+
+template <class O>
+inline constexpr bool is_op_argument_v =
+    is_op_tag_v<std::remove_cvref_t<O>> || std::is_same_v<std::remove_cvref_t<O>, ReduceOp>;
+
+template <class R>
+constexpr void reject_buffer_argument() {
+  static_assert(!is_temporary_range_v<R>,
+                "polycoll: a temporary range as the buffer would dangle before sync() completes the call; "
+                "pass an lvalue (a named std::vector) or a std::span");
+  static_assert(is_scalar_argument_v<R> || is_temporary_range_v<R>,
+                "polycoll: the buffer must be a contiguous sized range: a std::span, or a std::vector or "
+                "std::array lvalue");
+}
+
 template <class R>
 using range_element_t = std::remove_reference_t<std::ranges::range_reference_t<R>>;
 
 template <class R>
 using range_value_t = std::remove_cv_t<range_element_t<R>>;
 
+// Aliasing of the standard integer types. A typed call on a standard integer
+// type that is not its dtype's own C++ type (`long long`, whose dtype I64 is
+// std::int64_t, i.e. `long` on LP64 Linux; `char`, read as std::int8_t or
+// std::uint8_t) hands the buffer's address to the backend, which reads and
+// writes it as the dtype's type. To type-based alias analysis those are
+// different types: in a TU that sees both the caller's accesses and the
+// inlined kernels (every typed call instantiates them in the caller's TU), the
+// compiler could keep a `long long` value in a register across the kernel's
+// `long` stores. So such a call runs between two compiler barriers (an asm
+// with a memory clobber): every access of the caller before the call is
+// complete when the backend starts, and every access after it reads memory
+// again. Work completed later, at sync(), writes the buffer from another
+// thread, MPI or the device, never through a typed store of the caller's TU.
+// Calls on the dtype's own type get no barrier.
+inline void compiler_barrier() noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  asm volatile("" ::: "memory");
+#else
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+#endif
+}
+
+template <class T>
+struct AliasFence {
+  static constexpr bool needed = !std::is_same_v<std::remove_cv_t<T>, canonical_element_t<std::remove_cv_t<T>>>;
+  AliasFence() noexcept {
+    if constexpr (needed) compiler_barrier();
+  }
+  ~AliasFence() {
+    if constexpr (needed) compiler_barrier();
+  }
+  AliasFence(const AliasFence&) = delete;
+  AliasFence& operator=(const AliasFence&) = delete;
+};
+
 template <class T>
 constexpr void check_element_type() {
   static_assert(is_element_type_v<T>,
                 "polycoll: unsupported element type; use double, float, f16, bf16, f8e4m3, f8e5m2, "
-                "std::int8_t..std::int64_t, std::uint8_t..std::uint64_t, bool, std::complex<float> or "
+                "a standard integer type (char, signed/unsigned char, short, int, long, long long and "
+                "their unsigned forms, std::int8_t..std::uint64_t), bool, std::complex<float> or "
                 "std::complex<double>");
 }
 }  // namespace detail
@@ -146,6 +210,18 @@ class Communicator {
 
   /// In-place all-reduce of `count` elements at `ptr`.
   [[nodiscard]] Status all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op);
+
+  /// Out-of-place all-reduce, like MPI_Allreduce and ncclAllReduce: `recv`
+  /// gets the reduction of every rank's `send` (`count` elements each) and
+  /// `send` is only read. `send == recv` is the in-place call; any other
+  /// overlap is Errc::invalid_argument.
+  [[nodiscard]] Status all_reduce(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
+                                  ReduceOp op);
+
+  /// Seed form of all_reduce_value: reduces the one element at the host
+  /// address `value` over all ranks, in place, and returns complete (it
+  /// completes all work posted before it, like sync()).
+  [[nodiscard]] Status all_reduce_value(std::uint64_t value, DType dtype, ReduceOp op);
 
   /// In-place broadcast of `count` elements at `ptr` from `root`.
   [[nodiscard]] Status broadcast(std::uint64_t ptr, std::size_t count, DType dtype, std::size_t root);
@@ -267,6 +343,7 @@ class Communicator {
     static_assert(!std::is_const_v<T>, "polycoll::Communicator::all_reduce: the buffer is written; pass a mutable span");
     detail::check_element_type<T>();
     constexpr DType D = dtype_of_v<T>;
+    const detail::AliasFence<T> fence;
     static_assert(is_valid_v<D, Op>,
                   "polycoll::Communicator::all_reduce: this op is not defined for this element type "
                   "(min/max on complex, avg on integers or bool)");
@@ -286,11 +363,104 @@ class Communicator {
     static_assert(!std::is_const_v<T>, "polycoll::Communicator::all_reduce: the buffer is written; pass a mutable span");
     detail::check_element_type<T>();
     constexpr DType D = dtype_of_v<T>;
+    const detail::AliasFence<T> fence;
     const std::span<T> s(buf);
     const std::uint64_t p = detail::to_address(s.data());
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, s.size(), D, op);
     if (auto st = check_all_reduce(c, p, s.size(), D); !st) return st;
     return dispatch_op<D>(c, [&](auto o) { return all_reduce_tagged(dtype_tag<D>{}, o, p, s.size()); });
+  }
+
+  /// Out-of-place all-reduce with a compile-time op, like MPI_Allreduce:
+  /// `recv` gets the reduction of every rank's `send`; `recv.size()` must be
+  /// `send.size()`. The same memory for both is the in-place call; a partial
+  /// overlap is Errc::invalid_argument.
+  template <detail::buffer_range S, detail::buffer_range R, ReduceOp Op>
+  [[nodiscard]] Status all_reduce(S&& send, R&& recv, op_tag<Op> op) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("all_reduce");
+    constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
+    static_assert(is_valid_v<D, Op>,
+                  "polycoll::Communicator::all_reduce: this op is not defined for this element type "
+                  "(min/max on complex, avg on integers or bool)");
+    static_assert(supports_reduction_v<Backend, D, Op>,
+                  "polycoll::Communicator::all_reduce: the backend does not support this (element type, op) pair");
+    return all_reduce_typed(std::span<const TS>(send), std::span<TR>(recv), Op,
+                            [&](const detail::CallDesc&, auto... a) {
+      return all_reduce_tagged(dtype_tag<D>{}, op, a...);
+    });
+  }
+
+  /// Out-of-place all-reduce with a run-time op.
+  template <detail::buffer_range S, detail::buffer_range R>
+  [[nodiscard]] Status all_reduce(S&& send, R&& recv, ReduceOp op) {
+    using TS = detail::range_value_t<S>;
+    using TR = detail::range_element_t<R>;
+    check_pair<TS, TR>("all_reduce");
+    constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
+    return all_reduce_typed(std::span<const TS>(send), std::span<TR>(recv), op,
+                            [&](const detail::CallDesc& c, auto... a) {
+      return dispatch_op<D>(c, [&](auto o) { return all_reduce_tagged(dtype_tag<D>{}, o, a...); });
+    });
+  }
+
+  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  template <class R, class O>
+    requires(!detail::buffer_range<R> && detail::is_op_argument_v<O>)
+  [[nodiscard]] Status all_reduce(R&&, O) {
+    static_assert(!detail::is_scalar_argument_v<R>,
+                  "polycoll::Communicator::all_reduce takes a buffer (a span or contiguous range), not one value; "
+                  "for one value use all_reduce_value(x, op), which returns the reduced value");
+    detail::reject_buffer_argument<R>();
+    return {};
+  }
+  template <class S, class R, class O>
+    requires(!(detail::buffer_range<S> && detail::buffer_range<R>) && detail::is_op_argument_v<O>)
+  [[nodiscard]] Status all_reduce(S&&, R&&, O) {
+    static_assert(!detail::is_scalar_argument_v<S> && !detail::is_scalar_argument_v<R>,
+                  "polycoll::Communicator::all_reduce takes buffers (spans or contiguous ranges), not values; "
+                  "for one value use all_reduce_value(x, op), which returns the reduced value");
+    if constexpr (!detail::buffer_range<S>) detail::reject_buffer_argument<S>();
+    else detail::reject_buffer_argument<R>();
+    return {};
+  }
+
+  /// All-reduce of one value, returned: `auto s = comm.all_reduce_value(x, polycoll::sum);`.
+  /// It returns complete on every backend, and completes as sync() does: work
+  /// posted before it completes too, and an error of that work is its error.
+  /// On Nccl `x` is host memory (the value goes through a device scratch word).
+  template <class T, ReduceOp Op>
+  [[nodiscard]] Result<T> all_reduce_value(T x, op_tag<Op> op) {
+    detail::check_element_type<T>();
+    constexpr DType D = dtype_of_v<T>;
+    const detail::AliasFence<T> fence;
+    static_assert(is_valid_v<D, Op>,
+                  "polycoll::Communicator::all_reduce_value: this op is not defined for this element type "
+                  "(min/max on complex, avg on integers or bool)");
+    static_assert(supports_reduction_v<Backend, D, Op>,
+                  "polycoll::Communicator::all_reduce_value: the backend does not support this (element type, op) "
+                  "pair");
+    if (auto st = all_reduce_value_tagged(dtype_tag<D>{}, op, detail::to_address(&x)); !st) {
+      return tl::unexpected(std::move(st.error()));
+    }
+    return x;
+  }
+
+  /// All-reduce of one value with a run-time op (checked at run time).
+  template <class T>
+  [[nodiscard]] Result<T> all_reduce_value(T x, ReduceOp op) {
+    detail::check_element_type<T>();
+    constexpr DType D = dtype_of_v<T>;
+    const detail::AliasFence<T> fence;
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, op);
+    const std::uint64_t p = detail::to_address(&x);
+    if (auto st = dispatch_op<D>(c, [&](auto o) { return all_reduce_value_tagged(dtype_tag<D>{}, o, p); }); !st) {
+      return tl::unexpected(std::move(st.error()));
+    }
+    return x;
   }
 
   /// In-place broadcast from `root`.
@@ -300,11 +470,23 @@ class Communicator {
     static_assert(!std::is_const_v<T>, "polycoll::Communicator::broadcast: the buffer is written; pass a mutable span");
     check_movable<T>();
     constexpr DType D = dtype_of_v<T>;
+    const detail::AliasFence<T> fence;
     const std::span<T> s(buf);
     const std::uint64_t p = detail::to_address(s.data());
     const auto c = detail::CallDesc::rooted(detail::Call::broadcast, s.size(), D, root);
     if (auto st = check_broadcast(c, p, s.size(), D, root); !st) return st;
     return broadcast_tagged(dtype_tag<D>{}, p, s.size(), root);
+  }
+
+  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  template <class R>
+    requires(!detail::buffer_range<R>)
+  [[nodiscard]] Status broadcast(R&&, std::size_t) {
+    static_assert(!detail::is_scalar_argument_v<R>,
+                  "polycoll::Communicator::broadcast takes a buffer (a span or contiguous range), not one value; "
+                  "for one value pass std::span(&x, 1)");
+    detail::reject_buffer_argument<R>();
+    return {};
   }
 
   /// all_gather: `recv.size()` must be `send.size() * world_size()`.
@@ -316,6 +498,7 @@ class Communicator {
     static_assert(!std::is_const_v<TR>, "polycoll::Communicator::all_gather: recv is written; pass a mutable span");
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
     const auto c = detail::CallDesc::movement(detail::Call::all_gather, s.size(), D);
@@ -334,6 +517,7 @@ class Communicator {
     static_assert(!std::is_const_v<TR>, "polycoll::Communicator::reduce_scatter: recv is written; pass a mutable span");
     detail::check_element_type<TR>();
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     static_assert(is_valid_v<D, Op>,
                   "polycoll::Communicator::reduce_scatter: this op is not defined for this element type "
                   "(min/max on complex, avg on integers or bool)");
@@ -354,6 +538,7 @@ class Communicator {
     static_assert(!std::is_const_v<TR>, "polycoll::Communicator::reduce_scatter: recv is written; pass a mutable span");
     detail::check_element_type<TR>();
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     return reduce_scatter_typed(std::span<const TS>(send), std::span<TR>(recv), op,
                                 [&](const detail::CallDesc& c, auto... a) {
       return dispatch_op<D>(c, [&](auto o) { return reduce_scatter_tagged(dtype_tag<D>{}, o, a...); });
@@ -366,11 +551,23 @@ class Communicator {
     using T = detail::range_value_t<R>;
     check_movable<T>();
     constexpr DType D = dtype_of_v<T>;
+    const detail::AliasFence<T> fence;
     const std::span<const T> s(buf);
     const std::uint64_t p = detail::to_address(s.data());
     const auto c = detail::CallDesc::p2p(detail::Call::send, s.size(), D, dest, tag);
     if (auto st = check_p2p(c, p, s.size(), D, dest, "dest"); !st) return st;
     return send_tagged(dtype_tag<D>{}, p, s.size(), dest, tag);
+  }
+
+  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  template <class R>
+    requires(!detail::buffer_range<R>)
+  [[nodiscard]] Status send(R&&, std::size_t, std::uint32_t) {
+    static_assert(!detail::is_scalar_argument_v<R>,
+                  "polycoll::Communicator::send takes a buffer (a span or contiguous range), not one value; "
+                  "for one value pass std::span(&x, 1), which must stay valid until sync()");
+    detail::reject_buffer_argument<R>();
+    return {};
   }
 
   /// Non-blocking typed receive.
@@ -380,6 +577,7 @@ class Communicator {
     static_assert(!std::is_const_v<T>, "polycoll::Communicator::recv: the buffer is written; pass a mutable span");
     check_movable<T>();
     constexpr DType D = dtype_of_v<T>;
+    const detail::AliasFence<T> fence;
     const std::span<T> s(buf);
     const std::uint64_t p = detail::to_address(s.data());
     const auto c = detail::CallDesc::p2p(detail::Call::recv, s.size(), D, src, tag);
@@ -398,6 +596,17 @@ class Communicator {
     return self().probe(src, tag, dtype_of_v<T>);
   }
 
+  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  template <class R>
+    requires(!detail::buffer_range<R>)
+  [[nodiscard]] Status recv(R&&, std::size_t, std::uint32_t) {
+    static_assert(!detail::is_scalar_argument_v<R>,
+                  "polycoll::Communicator::recv takes a buffer (a span or contiguous range), not one value; "
+                  "for one value pass std::span(&x, 1), which must stay valid until sync()");
+    detail::reject_buffer_argument<R>();
+    return {};
+  }
+
   /// Typed reduce with a compile-time op: on the root `recv.size()` must be
   /// `send.size()`; elsewhere `recv` is not used (pass an empty span).
   template <detail::buffer_range S, detail::buffer_range R, ReduceOp Op>
@@ -406,6 +615,7 @@ class Communicator {
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("reduce");
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     static_assert(is_valid_v<D, Op>,
                   "polycoll::Communicator::reduce: this op is not defined for this element type "
                   "(min/max on complex, avg on integers or bool)");
@@ -424,6 +634,7 @@ class Communicator {
     using TR = detail::range_element_t<R>;
     check_pair<TS, TR>("reduce");
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     return reduce_typed(std::span<const TS>(send), std::span<TR>(recv), op, root,
                         [&](const detail::CallDesc& c, auto... a) {
       return dispatch_op<D>(c, [&](auto o) { return reduce_tagged(c, dtype_tag<D>{}, o, a...); });
@@ -438,6 +649,7 @@ class Communicator {
     check_pair<TS, TR>("gather");
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
     const auto c = detail::CallDesc::rooted(detail::Call::gather, s.size(), D, root);
@@ -457,6 +669,7 @@ class Communicator {
     check_pair<TS, TR>("scatter");
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
     const auto c = detail::CallDesc::rooted(detail::Call::scatter, r.size(), D, root);
@@ -476,6 +689,7 @@ class Communicator {
     check_pair<TS, TR>("all_to_all");
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
     const std::size_t w = std::max<std::size_t>(world_size(), 1);
@@ -501,6 +715,7 @@ class Communicator {
     check_pair<TS, TR>("all_gather_v");
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
     const auto c = detail::CallDesc::movement(detail::Call::all_gather_v, s.size(), D);
@@ -533,6 +748,7 @@ class Communicator {
     check_pair<TS, TR>("all_to_all_v");
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
     const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D);
@@ -556,6 +772,7 @@ class Communicator {
     check_pair<TS, TR>("send_recv");
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
+    const detail::AliasFence<TR> fence;
     const std::span<const TS> s(send);
     const std::span<TR> r(recv);
     const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
@@ -754,6 +971,14 @@ class Communicator {
     return check_buffer(c, ptr, count, dtype, 1, "buffer");
   }
 
+  // Out of place: both buffers, and send == recv (in place) or disjoint.
+  Status check_all_reduce(const detail::CallDesc& c, std::uint64_t send, std::uint64_t recv, std::size_t count,
+                          DType dtype) const {
+    if (auto s = check_buffer(c, send, count, dtype, 1, "send buffer"); !s) return s;
+    if (auto s = check_buffer(c, recv, count, dtype, 1, "recv buffer"); !s) return s;
+    return check_in_block(c, send, recv, count, 1, 0, "send buffer", "recv buffer");
+  }
+
   Status check_broadcast(const detail::CallDesc& c, std::uint64_t ptr, std::size_t count, DType dtype,
                          std::size_t root) const {
     if (auto s = check_rank(c, root, "root"); !s) return s;
@@ -898,6 +1123,21 @@ class Communicator {
     return check_disjoint(c, send, send_count * elem, recv, recv_count * elem);
   }
 
+  // The typed out-of-place all_reduce's span check, then the seed call's;
+  // then `to_backend(c, send, recv, count)`.
+  template <class T, class F>
+  Status all_reduce_typed(std::span<const T> s, std::span<T> r, ReduceOp op, F&& to_backend) {
+    constexpr DType D = dtype_of_v<T>;
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, s.size(), D, op);
+    if (r.size() != s.size()) {
+      return tl::unexpected(error(Errc::invalid_argument, c,
+                                  detail::cat("recv.size() ", r.size(), " differs from send.size() ", s.size())));
+    }
+    const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
+    if (auto st = check_all_reduce(c, sa, ra, s.size(), D); !st) return st;
+    return to_backend(c, sa, ra, s.size());
+  }
+
   // The typed reduce_scatter's span checks, then the seed call's; then
   // `to_backend(c, send, recv, count)`.
   template <class T, class F>
@@ -932,6 +1172,42 @@ class Communicator {
   Status all_reduce_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t ptr, std::size_t count) {
     using T = typename dtype_tag<D>::type;
     return self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count);
+  }
+
+  // Out of place: a backend with its own out-of-place all_reduce_impl (Mpi,
+  // Nccl, AnyCommunicator) gets both buffers; on one without, recv takes a
+  // copy of send and the in-place call follows. That fallback is for backends
+  // on host memory whose all_reduce completes before it returns (NoOp,
+  // Threads): the copy reads send now, not in the order of posted work.
+  template <DType D, ReduceOp Op>
+  Status all_reduce_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t send, std::uint64_t recv,
+                           std::size_t count) {
+    using T = typename dtype_tag<D>::type;
+    if (send == recv) return all_reduce_tagged(d, o, recv, count);
+    const T* s = detail::to_ptr<const T>(send);
+    T* r = detail::to_ptr<T>(recv);
+    if constexpr (requires { self().all_reduce_impl(d, o, s, r, count); }) {
+      return self().all_reduce_impl(d, o, s, r, count);
+    } else {
+      // memmove: the front end allows no partial overlap, but the compiler
+      // cannot know that (-Wrestrict on a constant bad call).
+      if (count != 0) std::memmove(static_cast<void*>(r), static_cast<const void*>(s), count * sizeof(T));
+      return all_reduce_tagged(d, o, recv, count);
+    }
+  }
+
+  // The value form: a backend whose buffers are not host memory has its own
+  // all_reduce_value_impl (Nccl), which returns complete; elsewhere the value
+  // is a one-element in-place all_reduce followed by sync().
+  template <DType D, ReduceOp Op>
+  Status all_reduce_value_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t value) {
+    using T = typename dtype_tag<D>::type;
+    if constexpr (requires { self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)); }) {
+      return self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value));
+    } else {
+      if (auto s = all_reduce_tagged(d, o, value, 1); !s) return s;
+      return sync();
+    }
   }
 
   template <DType D>
@@ -1114,6 +1390,21 @@ Status Communicator<Backend>::all_reduce(std::uint64_t ptr, std::size_t count, D
   const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, dtype, op);
   if (auto s = check_all_reduce(c, ptr, count, dtype); !s) return s;
   return dispatch_reduction(c, [&](auto d, auto o) { return all_reduce_tagged(d, o, ptr, count); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::all_reduce(std::uint64_t send, std::uint64_t recv, std::size_t count, DType dtype,
+                                         ReduceOp op) {
+  const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, dtype, op);
+  if (auto s = check_all_reduce(c, send, recv, count, dtype); !s) return s;
+  return dispatch_reduction(c, [&](auto d, auto o) { return all_reduce_tagged(d, o, send, recv, count); });
+}
+
+template <class Backend>
+Status Communicator<Backend>::all_reduce_value(std::uint64_t value, DType dtype, ReduceOp op) {
+  const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, 1, dtype, op);
+  if (auto s = check_all_reduce(c, value, 1, dtype); !s) return s;
+  return dispatch_reduction(c, [&](auto d, auto o) { return all_reduce_value_tagged(d, o, value); });
 }
 
 template <class Backend>

@@ -91,11 +91,48 @@ namespace detail {
 template <class T>
 inline constexpr bool always_false_v = false;
 
+// The standard integer types (and plain char) stand for the exact-width type
+// of their size and signedness: `long long` is I64 like `long`, `char` is I8
+// or U8 as the platform's char is signed or not. Character types other than
+// char (wchar_t, char8_t, char16_t, char32_t) and bool are not integers here.
+template <class T>
+inline constexpr bool is_standard_integer_v =
+    std::is_same_v<T, char> || std::is_same_v<T, signed char> || std::is_same_v<T, unsigned char> ||
+    std::is_same_v<T, short> || std::is_same_v<T, unsigned short> || std::is_same_v<T, int> ||
+    std::is_same_v<T, unsigned> || std::is_same_v<T, long> || std::is_same_v<T, unsigned long> ||
+    std::is_same_v<T, long long> || std::is_same_v<T, unsigned long long>;
+
+template <std::size_t Size, bool Signed>
+struct exact_integer;
+template <> struct exact_integer<1, true> { using type = std::int8_t; };
+template <> struct exact_integer<2, true> { using type = std::int16_t; };
+template <> struct exact_integer<4, true> { using type = std::int32_t; };
+template <> struct exact_integer<8, true> { using type = std::int64_t; };
+template <> struct exact_integer<1, false> { using type = std::uint8_t; };
+template <> struct exact_integer<2, false> { using type = std::uint16_t; };
+template <> struct exact_integer<4, false> { using type = std::uint32_t; };
+template <> struct exact_integer<8, false> { using type = std::uint64_t; };
+
+template <class T, bool = is_standard_integer_v<T>>
+struct canonical_element {
+  using type = T;
+};
+template <class T>
+struct canonical_element<T, true> {
+  using type = typename exact_integer<sizeof(T), std::is_signed_v<T>>::type;
+};
+
+/// The dtype's own C++ type that element type T (cv-unqualified) is read as:
+/// T itself, or for a standard integer type the exact-width type of its size
+/// and signedness (`long long` -> std::int64_t).
+template <class T>
+using canonical_element_t = typename canonical_element<T>::type;
+
 template <class T, std::size_t I = 0>
 constexpr std::optional<DType> find_dtype_of() {
   if constexpr (I == dtype_count) {
     return std::nullopt;
-  } else if constexpr (std::is_same_v<typename dtype_tag<all_dtypes[I]>::type, T>) {
+  } else if constexpr (std::is_same_v<typename dtype_tag<all_dtypes[I]>::type, canonical_element_t<T>>) {
     return all_dtypes[I];
   } else {
     return find_dtype_of<T, I + 1>();
@@ -111,7 +148,8 @@ struct dtype_of {
                 "polycoll: pointers cannot be communicated: the address means nothing on another rank");
   static_assert(detail::find_dtype_of<T>().has_value(),
                 "polycoll: unsupported element type; use double, float, f16, bf16, f8e4m3, f8e5m2, "
-                "std::int8_t..std::int64_t, std::uint8_t..std::uint64_t, bool, std::complex<float> or "
+                "a standard integer type (char, signed/unsigned char, short, int, long, long long and "
+                "their unsigned forms, std::int8_t..std::uint64_t), bool, std::complex<float> or "
                 "std::complex<double>");
   /// The DType of T.
   static constexpr DType value = detail::find_dtype_of<T>().value_or(DType::U8);

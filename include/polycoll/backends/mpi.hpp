@@ -556,7 +556,22 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // ------------------------------------------------------------ collectives
 
   template <DType D, ReduceOp Op, class T>
-  Status all_reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, T* buf, std::size_t count) {
+  Status all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count) {
+    return all_reduce_into(d, o, static_cast<const T*>(nullptr), buf, count);
+  }
+
+  // Out of place (the front end passed send != recv, disjoint). MPI's own
+  // all_reduce gets both buffers (MPI_Allreduce / MPI_Iallreduce(send, recv));
+  // where one of the 2-rank algorithms below runs instead (they work in
+  // place), recv first takes a copy of send. docs/mpi.md has the measurement.
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count) {
+    return all_reduce_into(d, o, send, recv, count);
+  }
+
+  // all_reduce into `buf`: in place when `send` is null, else from `send`.
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_into([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* buf, std::size_t count) {
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
     if (!live(count)) [[unlikely]] return enter(c, count);
     int rc = MPI_SUCCESS;
@@ -570,7 +585,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (auto s = check(c, dl); !s) return s;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
-      rc = MPI_Iallreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
+      rc = MPI_Iallreduce(send ? static_cast<const void*>(send) : MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallreduce");
       detail::mpi::Finish f;
       if constexpr (Op == ReduceOp::Avg) f = {&detail::mpi::divide_finish<D>, buf, nullptr, count, state_->size};
@@ -592,6 +607,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
               return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (2-rank all_reduce window)");
             }
           }
+          if (send && (small || large || (window && state_->shm.ready()))) {
+            std::memcpy(static_cast<void*>(buf), static_cast<const void*>(send), bytes);
+            send = nullptr;  // in place from here on
+          }
           if (window && state_->shm.ready()) {
             state_->shm.template all_reduce<D, Op>(buf, count);
             done = true;
@@ -608,7 +627,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         }
       }
       if (!done) {
-        rc = MPI_Allreduce(MPI_IN_PLACE, buf, n, dt, op, state_->comm);
+        rc = MPI_Allreduce(send ? static_cast<const void*>(send) : MPI_IN_PLACE, buf, n, dt, op, state_->comm);
         if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
       }
       if constexpr (Op == ReduceOp::Avg) kernels::divide(d, buf, count, state_->size);

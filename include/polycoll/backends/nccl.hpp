@@ -338,6 +338,28 @@ class Nccl : public Communicator<Nccl> {
     });
   }
 
+  // Out of place: ncclAllReduce(send, recv).
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
+    if (!e_) return moved_from(c);
+    return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclAllReduce",
+                      [&](ncclComm_t comm, cudaStream_t s) {
+                        return ncclAllReduce(send, recv, count * map<D>::scale, map<D>::type, nccl_op<D, Op>(),
+                                             comm, s);
+                      });
+  }
+
+  // The value form: `value` is host memory, which NCCL cannot read; it goes
+  // through a device scratch slot of the communicator (see Engine::all_reduce_value).
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_value_impl(dtype_tag<D>, op_tag<Op>, T* value) {
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, Op);
+    if (!e_) return moved_from(c);
+    static_assert(sizeof(T) <= 16, "the scratch slot holds one element of at most 16 bytes");
+    return e_->all_reduce_value(c, value, sizeof(T), map<D>::scale, map<D>::type, nccl_op<D, Op>());
+  }
+
   template <DType D, class T>
   Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
     const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, D, root);

@@ -104,9 +104,11 @@ class Engine final : public StreamSyncOps {
       return bad_cuda(err, "cudaEventCreateWithFlags");
     // Scratch: [0, 64) barrier word, split's own (color, key) or this rank's
     // consistency-check fingerprint (48 bytes); [64, 64 + 48n) split's gather
-    // (8 bytes a rank) or the fingerprints' (48). Stream-ordered, so freeing
-    // it never synchronises the whole device.
-    const std::size_t bytes = 64 + sizeof(Fingerprint) * e->size_;
+    // (8 bytes a rank) or the fingerprints' (48); then all_reduce_value's
+    // element (value_bytes, its own so that no other user of the scratch can
+    // overwrite it while it is in flight). Stream-ordered, so freeing it never
+    // synchronises the whole device.
+    const std::size_t bytes = e->value_offset() + value_bytes;
     cudaError_t err = cudaMallocAsync(&e->scratch_, bytes, e->stream_);
     if (err == cudaSuccess) {
       e->scratch_async_ = true;
@@ -219,6 +221,34 @@ class Engine final : public StreamSyncOps {
     if (groups_ == 0) return tl::unexpected(error(Errc::invalid_argument, c, "no open group (group_end without group_start)"));
     if (--groups_ != 0) return {};
     return flush(c);
+  }
+
+  /// all_reduce_value(): the host element at `value` (`bytes` bytes, `n`
+  /// NCCL elements of `type`) is copied to the scratch buffer's value slot,
+  /// all-reduced there and, once complete() has waited for it and for all
+  /// earlier work (bounded by op_timeout), copied back.
+  [[nodiscard]] Status all_reduce_value(const CallDesc& call, void* value, std::size_t bytes, std::size_t n,
+                                        ncclDataType_t type, ncclRedOp_t op) {
+    std::unique_lock g(mutex_);
+    if (auto s = live(call); !s) return s;
+    DeviceGuard guard(device_);
+    if (guard.status() != cudaSuccess) return cuda_error(call, guard.status(), "cudaSetDevice");
+    CallDesc c = call;
+    c.seq = ++seq_;
+    if (auto s = check(c); !s) return s;
+    void* slot = static_cast<std::byte*>(scratch_) + value_offset();
+    if (auto e = cudaMemcpyAsync(slot, value, bytes, cudaMemcpyHostToDevice, stream_); e != cudaSuccess)
+      return cuda_error(c, e, "cudaMemcpyAsync (all_reduce_value)");
+    if (auto s = settle_call(c, ncclAllReduce(slot, slot, n, type, op, comm_, stream_), "ncclAllReduce"); !s)
+      return s;
+    remember(c);
+    if (auto s = complete(call, g); !s) return s;
+    // The stream is idle now (complete() waited), so this copy cannot hang.
+    if (auto e = cudaMemcpyAsync(value, slot, bytes, cudaMemcpyDeviceToHost, stream_); e != cudaSuccess)
+      return cuda_error(c, e, "cudaMemcpyAsync (all_reduce_value)");
+    if (auto e = cudaStreamSynchronize(stream_); e != cudaSuccess)
+      return cuda_error(c, e, "cudaStreamSynchronize (all_reduce_value)");
+    return {};
   }
 
   /// barrier(): sync(), a one-word all-reduce on the scratch buffer, sync().
@@ -734,6 +764,9 @@ class Engine final : public StreamSyncOps {
   ncclComm_t comm_ = nullptr;  // null once aborted or destroyed
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;  // recorded by complete() on stream_
+  // all_reduce_value's slot in the scratch buffer: one element of any dtype.
+  static constexpr std::size_t value_bytes = 16;
+  std::size_t value_offset() const noexcept { return 64 + sizeof(Fingerprint) * size_; }
   void* scratch_ = nullptr;
   bool scratch_async_ = false;
   int device_ = 0;
