@@ -366,7 +366,8 @@ class Communicator {
     });
   }
 
-  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  /// Not callable: one value, a temporary or a non-range as the buffer is a
+  /// short compile error (use all_reduce_value for one value).
   template <class R, class O>
     requires(!detail::buffer_range<R> && detail::is_op_argument_v<O>)
   [[nodiscard]] Status all_reduce(R&&, O) {
@@ -376,6 +377,7 @@ class Communicator {
     detail::reject_buffer_argument<R>();
     return {};
   }
+  /// Not callable: the out-of-place form's misuse, as above.
   template <class S, class R, class O>
     requires(!(detail::buffer_range<S> && detail::buffer_range<R>) && detail::is_op_argument_v<O>)
   [[nodiscard]] Status all_reduce(S&&, R&&, O) {
@@ -437,7 +439,8 @@ class Communicator {
     return broadcast_tagged(dtype_tag<D>{}, p, s.size(), root);
   }
 
-  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  /// Not callable: one value, a temporary or a non-range as the buffer is a
+  /// short compile error.
   template <class R>
     requires(!detail::buffer_range<R>)
   [[nodiscard]] Status broadcast(R&&, std::size_t) {
@@ -518,7 +521,8 @@ class Communicator {
     return send_tagged(dtype_tag<D>{}, p, s.size(), dest, tag);
   }
 
-  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  /// Not callable: one value, a temporary or a non-range as the buffer is a
+  /// short compile error.
   template <class R>
     requires(!detail::buffer_range<R>)
   [[nodiscard]] Status send(R&&, std::size_t, std::uint32_t) {
@@ -544,7 +548,8 @@ class Communicator {
     return recv_tagged(dtype_tag<D>{}, p, s.size(), src, tag);
   }
 
-  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  /// Not callable: one value, a temporary or a non-range as the buffer is a
+  /// short compile error.
   template <class R>
     requires(!detail::buffer_range<R>)
   [[nodiscard]] Status recv(R&&, std::size_t, std::uint32_t) {
