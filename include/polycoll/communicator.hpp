@@ -157,7 +157,8 @@ using range_value_t = std::remove_cv_t<range_element_t<R>>;
 // complete when the backend starts, and every access after it reads memory
 // again. Work completed later, at sync(), writes the buffer from another
 // thread, MPI or the device, never through a typed store of the caller's TU.
-// Calls on the dtype's own type get no barrier.
+// Calls on the dtype's own type get no barrier. all_reduce_value needs none: its
+// value travels in a local of the dtype's own type.
 inline void compiler_barrier() noexcept {
 #if defined(__GNUC__) || defined(__clang__)
   asm volatile("" ::: "memory");
@@ -407,7 +408,8 @@ class Communicator {
     });
   }
 
-  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  /// Not callable: one value, a temporary or a non-range as the buffer is a
+  /// short compile error (use all_reduce_value for one value).
   template <class R, class O>
     requires(!detail::buffer_range<R> && detail::is_op_argument_v<O>)
   [[nodiscard]] Status all_reduce(R&&, O) {
@@ -417,6 +419,7 @@ class Communicator {
     detail::reject_buffer_argument<R>();
     return {};
   }
+  /// Not callable: the out-of-place form's misuse, as above.
   template <class S, class R, class O>
     requires(!(detail::buffer_range<S> && detail::buffer_range<R>) && detail::is_op_argument_v<O>)
   [[nodiscard]] Status all_reduce(S&&, R&&, O) {
@@ -436,17 +439,19 @@ class Communicator {
   [[nodiscard]] Result<T> all_reduce_value(T x, op_tag<Op> op) {
     detail::check_element_type<T>();
     constexpr DType D = dtype_of_v<T>;
-    const detail::AliasFence<T> fence;
     static_assert(is_valid_v<D, Op>,
                   "polycoll::Communicator::all_reduce_value: this op is not defined for this element type "
                   "(min/max on complex, avg on integers or bool)");
     static_assert(supports_reduction_v<Backend, D, Op>,
                   "polycoll::Communicator::all_reduce_value: the backend does not support this (element type, op) "
                   "pair");
-    if (auto st = all_reduce_value_tagged(dtype_tag<D>{}, op, detail::to_address(&x)); !st) {
+    // The value travels as the dtype's own type (a long long as std::int64_t),
+    // the type the backend writes, so no barrier is needed (see AliasFence).
+    typename dtype_tag<D>::type v = static_cast<typename dtype_tag<D>::type>(x);
+    if (auto st = all_reduce_value_tagged(dtype_tag<D>{}, op, detail::to_address(&v)); !st) {
       return tl::unexpected(std::move(st.error()));
     }
-    return x;
+    return static_cast<T>(v);
   }
 
   /// All-reduce of one value with a run-time op (checked at run time).
@@ -454,13 +459,13 @@ class Communicator {
   [[nodiscard]] Result<T> all_reduce_value(T x, ReduceOp op) {
     detail::check_element_type<T>();
     constexpr DType D = dtype_of_v<T>;
-    const detail::AliasFence<T> fence;
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, op);
-    const std::uint64_t p = detail::to_address(&x);
+    typename dtype_tag<D>::type v = static_cast<typename dtype_tag<D>::type>(x);  // as above
+    const std::uint64_t p = detail::to_address(&v);
     if (auto st = dispatch_op<D>(c, [&](auto o) { return all_reduce_value_tagged(dtype_tag<D>{}, o, p); }); !st) {
       return tl::unexpected(std::move(st.error()));
     }
-    return x;
+    return static_cast<T>(v);
   }
 
   /// In-place broadcast from `root`.
@@ -478,7 +483,8 @@ class Communicator {
     return broadcast_tagged(dtype_tag<D>{}, p, s.size(), root);
   }
 
-  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  /// Not callable: one value, a temporary or a non-range as the buffer is a
+  /// short compile error.
   template <class R>
     requires(!detail::buffer_range<R>)
   [[nodiscard]] Status broadcast(R&&, std::size_t) {
@@ -559,7 +565,8 @@ class Communicator {
     return send_tagged(dtype_tag<D>{}, p, s.size(), dest, tag);
   }
 
-  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  /// Not callable: one value, a temporary or a non-range as the buffer is a
+  /// short compile error.
   template <class R>
     requires(!detail::buffer_range<R>)
   [[nodiscard]] Status send(R&&, std::size_t, std::uint32_t) {
@@ -596,7 +603,8 @@ class Communicator {
     return self().probe(src, tag, dtype_of_v<T>);
   }
 
-  // Misuse: one value, a temporary or a non-range where the buffer goes.
+  /// Not callable: one value, a temporary or a non-range as the buffer is a
+  /// short compile error.
   template <class R>
     requires(!detail::buffer_range<R>)
   [[nodiscard]] Status recv(R&&, std::size_t, std::uint32_t) {
