@@ -63,6 +63,8 @@ struct AnyVTable {
   Result<std::optional<MessageInfo>> (*probe)(void*, std::size_t, std::uint32_t, DType) = nullptr;
   Status (*all_reduce_out)(void*, std::uint64_t, std::uint64_t, std::size_t, DType, ReduceOp) = nullptr;
   Status (*all_reduce_value)(void*, std::uint64_t, DType, ReduceOp) = nullptr;
+  OnError (*on_error)(const void*) noexcept = nullptr;
+  void (*abort_ranks)(const void*, const Error&) noexcept = nullptr;
 };
 }  // namespace detail
 
@@ -347,11 +349,21 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   Status barrier_impl() { return barrier(); }
   Result<std::optional<AnyCommunicator>> split_impl(std::uint32_t color, std::uint32_t key) { return split(color, key); }
   StreamSyncOps* as_stream_sync_impl() noexcept { return as_stream_sync(); }
+  // The held backend's Options::on_error and abort (a moved-from AnyCommunicator returns its errors).
+  OnError on_error_impl() const noexcept { return object_ ? vtable_->on_error(object_) : OnError::return_error; }
+  void abort_impl(const Error& e) const noexcept {
+    if (object_) vtable_->abort_ranks(object_, e);
+  }
 
 
   template <class B>
   static B& as(void* p) noexcept {
     return *static_cast<B*>(p);
+  }
+  // The held B's front end, whose on_error members AnyCommunicator may use (a friend).
+  template <class B>
+  static const Communicator<B>& front(const void* p) noexcept {
+    return *static_cast<const B*>(p);
   }
 
   template <class B>
@@ -411,6 +423,9 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
           return as<B>(p).all_reduce(s, r, n, d, o);
         },
         [](void* p, std::uint64_t v, DType d, ReduceOp o) { return as<B>(p).all_reduce_value(v, d, o); },
+        // Options::on_error of the held backend governs the typed surface's checks too.
+        [](const void* p) noexcept { return front<B>(p).on_error_setting(); },
+        [](const void* p, const Error& e) noexcept { front<B>(p).abort_ranks(e); },
     };
   }
 

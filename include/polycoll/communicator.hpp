@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <ranges>
@@ -23,6 +24,7 @@
 
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/layout.hpp>
+#include <polycoll/detail/on_error.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/error.hpp>
 #include <polycoll/group.hpp>
@@ -43,7 +45,14 @@ struct Options {
   std::chrono::milliseconds drop_timeout{5000};
   /// Cross-rank fingerprint check before each collective (also POLYCOLL_CHECK=1).
   bool check_consistency = false;
+  /// OnError::abort: any Error a call of the communicator would return is
+  /// printed as one line to stderr and every rank is stopped (Mpi: MPI_Abort),
+  /// like MPI_ERRORS_ARE_FATAL. Also POLYCOLL_ON_ERROR=abort, for the
+  /// communicators made after it is set. See docs/reliability.md.
+  OnError on_error = OnError::return_error;
 };
+
+class AnyCommunicator;
 
 /// Capability trait: backend B can reduce elements of D with Op (all_reduce,
 /// reduce_scatter). False unless the backend specialises it.
@@ -195,7 +204,9 @@ constexpr void check_element_type() {
 /// taking `dtype_tag<D>` (and `op_tag<Op>` for reductions) with typed pointers,
 /// `sync_impl()`, `barrier_impl()`, `split_impl()`, and
 /// `static constexpr std::string_view backend_name`; optionally
-/// `moved_from_impl()` (see error()). See docs/design.md.
+/// `moved_from_impl()` (see error()), and for Options::on_error `options()`
+/// (or `on_error_impl()`) and `abort_impl(const Error&)` (see returning()).
+/// See docs/design.md.
 template <class Backend>
 class Communicator {
  public:
@@ -297,12 +308,12 @@ class Communicator {
   /// Opens a group: work submitted until the matching group_end() is issued
   /// as one batch (see group.hpp). Groups nest; the outermost end issues.
   [[nodiscard]] Status group_start() {
-    if constexpr (requires { self().group_start_impl(); }) return self().group_start_impl();
+    if constexpr (requires { self().group_start_impl(); }) return returning(self().group_start_impl());
     else return {};  // a backend without groups: nothing to batch
   }
   /// Closes the innermost open group; Errc::invalid_argument without one.
   [[nodiscard]] Status group_end() {
-    if constexpr (requires { self().group_end_impl(); }) return self().group_end_impl();
+    if constexpr (requires { self().group_end_impl(); }) return returning(self().group_end_impl());
     else return {};
   }
   /// `auto g = comm.group(); ...; g.end()`: group_start() now, group_end() at
@@ -310,15 +321,15 @@ class Communicator {
   [[nodiscard]] Group<Communicator> group() { return Group<Communicator>(*this); }
 
   /// Completes all pending work: outputs are valid and inputs reusable.
-  [[nodiscard]] Status sync() { return self().sync_impl(); }
+  [[nodiscard]] Status sync() { return returning(self().sync_impl()); }
 
   /// Waits for every rank (implies sync()).
-  [[nodiscard]] Status barrier() { return self().barrier_impl(); }
+  [[nodiscard]] Status barrier() { return returning(self().barrier_impl()); }
 
   /// Collective: ranks with equal `color` form a communicator ordered by
   /// (key, old rank); `no_color` gives std::nullopt to the caller.
   [[nodiscard]] Result<std::optional<Backend>> split(std::uint32_t color, std::uint32_t key) {
-    return self().split_impl(color, key);
+    return returning(self().split_impl(color, key));
   }
 
   /// The stream operations, or nullptr for a backend without streams.
@@ -703,9 +714,9 @@ class Communicator {
     const std::size_t w = std::max<std::size_t>(world_size(), 1);
     const auto c = detail::CallDesc::movement(detail::Call::all_to_all, r.size() / w, D);
     if (s.size() != r.size() || r.size() % w != 0) {
-      return tl::unexpected(error(Errc::invalid_argument, c,
+      return reject(Errc::invalid_argument, c,
                                   detail::cat("send.size() ", s.size(), " and recv.size() ", r.size(),
-                                              " must be equal and a multiple of world_size ", w)));
+                                              " must be equal and a multiple of world_size ", w));
     }
     const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
     if (auto st = check_all_to_all(c, sa, ra, r.size() / w, D); !st) return st;
@@ -833,8 +844,61 @@ class Communicator {
   }
 
  private:
+  // Its table applies the held backend's on_error (on_error_setting, abort_all).
+  friend class AnyCommunicator;
+
   Backend& self() noexcept { return static_cast<Backend&>(*this); }
   const Backend& self() const noexcept { return static_cast<const Backend&>(*this); }
+
+  // ------------------------------------------------------------ Options::on_error
+  // Every Error a call returns to its caller passes one of two points: reject()
+  // makes the front end's own (argument checks, dispatch), returning() takes
+  // what the backend returns (<call>_tagged, sync, barrier, split, groups).
+  // Errors the library makes and does not return (a destructor's log, an
+  // internal retry) pass neither, so they never abort.
+
+  // The backend's on_error_impl(), else its options().on_error (which the
+  // factories resolved against POLYCOLL_ON_ERROR); return_error for a
+  // backend with neither, and for a moved-from one (whose options() are the
+  // defaults: it has no communicator to abort).
+  [[nodiscard]] OnError on_error_setting() const noexcept {
+    if constexpr (requires(const Backend& b) { { b.on_error_impl() } -> std::same_as<OnError>; }) {
+      return self().on_error_impl();
+    } else if constexpr (requires(const Backend& b) { { b.options().on_error } -> std::convertible_to<OnError>; }) {
+      return self().options().on_error;
+    } else {
+      return OnError::return_error;
+    }
+  }
+
+  // Stops every rank: the backend's abort_impl (MPI_Abort, aborting the
+  // Threads world, ncclCommAbort), and std::abort() should it return or be
+  // absent. The fatal line is printed before.
+  [[noreturn]] void abort_ranks(const Error& e) const noexcept {
+    if constexpr (requires(const Backend& b) { b.abort_impl(e); }) self().abort_impl(e);
+    std::abort();
+  }
+
+  void on_failure(const Error& e) const noexcept {
+    if (on_error_setting() == OnError::abort) [[unlikely]] {
+      detail::print_fatal(e.message);
+      abort_ranks(e);
+    }
+  }
+
+  // What the backend returned, after on_error had its say.
+  template <class R>
+  R returning(R r) const noexcept(std::is_nothrow_move_constructible_v<R>) {
+    if (!r) [[unlikely]] on_failure(r.error());
+    return r;
+  }
+
+  // A front-end check's failure: error(), after on_error had its say.
+  [[gnu::cold]] tl::unexpected<Error> reject(Errc code, const detail::CallDesc& c, std::string_view what) const {
+    Error e = error(code, c, what);
+    on_failure(e);
+    return tl::unexpected<Error>(std::move(e));
+  }
 
   template <class T>
   static constexpr void check_movable() {
@@ -850,8 +914,7 @@ class Communicator {
                                   detail::cat(what, " is any_source, which only recv and probe accept")));
     }
     if (r >= w) {
-      return tl::unexpected(
-          error(Errc::invalid_argument, c, detail::cat(what, ' ', r, " out of range [0, ", w, ')')));
+      return reject(Errc::invalid_argument, c, detail::cat(what, ' ', r, " out of range [0, ", w, ')'));
     }
     return {};
   }
@@ -874,11 +937,11 @@ class Communicator {
   [[gnu::cold, gnu::noinline]] Status buffer_error(const detail::CallDesc& c, bool overflow, std::size_t count,
                                                    std::size_t elem, std::size_t blocks, const char* what) const {
     if (overflow) {
-      return tl::unexpected(error(Errc::invalid_argument, c,
+      return reject(Errc::invalid_argument, c,
                                   detail::cat(what, " size overflows: count ", count, " x ",
-                                              std::max<std::size_t>(blocks, 1), " x ", elem, " bytes")));
+                                              std::max<std::size_t>(blocks, 1), " x ", elem, " bytes"));
     }
-    return tl::unexpected(error(Errc::invalid_argument, c, detail::cat(what, " is null with count > 0")));
+    return reject(Errc::invalid_argument, c, detail::cat(what, " is null with count > 0"));
   }
 
   // Send and recv element types of a typed call agree, and recv is writable.
@@ -892,9 +955,9 @@ class Communicator {
 
   Status check_extent(const detail::CallDesc& c, std::size_t have, std::size_t need, const char* what) const {
     if (have < need) [[unlikely]] {
-      return tl::unexpected(error(Errc::invalid_argument, c,
+      return reject(Errc::invalid_argument, c,
                                   detail::cat(what, ".size() is ", have, ", the counts and displacements need ",
-                                              need)));
+                                              need));
     }
     return {};
   }
@@ -904,9 +967,9 @@ class Communicator {
                           const char* small_name, std::size_t blocks = 0) const {
     const std::size_t w = blocks != 0 ? blocks : std::max<std::size_t>(world_size(), 1);
     if (small > std::numeric_limits<std::size_t>::max() / w || big != small * w) {
-      return tl::unexpected(error(Errc::invalid_argument, c,
+      return reject(Errc::invalid_argument, c,
                                   detail::cat(big_name, " is ", big, ", expected ", small_name,
-                                              " x world_size = ", small, " x ", w)));
+                                              " x world_size = ", small, " x ", w));
     }
     return {};
   }
@@ -951,9 +1014,9 @@ class Communicator {
 
   [[gnu::cold, gnu::noinline]] Status overlap_error(const detail::CallDesc& c, const char* a_name,
                                                     const char* b_name) const {
-    return tl::unexpected(error(Errc::invalid_argument, c,
+    return reject(Errc::invalid_argument, c,
                                 detail::cat(a_name, " and ", b_name,
-                                            " overlap (other than in the documented in-place form)")));
+                                            " overlap (other than in the documented in-place form)"));
   }
 
   // The counts and displacements of a v-collective; `extent` gets the
@@ -962,10 +1025,10 @@ class Communicator {
                  const char* counts_name, const char* displs_name, std::size_t& extent) const {
     std::size_t bad = 0;
     if (const char* why = detail::check_layout(counts, displs, world_size(), extent, bad)) [[unlikely]] {
-      return tl::unexpected(error(Errc::invalid_argument, c,
+      return reject(Errc::invalid_argument, c,
                                   detail::cat(counts_name, " (", counts.size(), ") / ", displs_name, " (",
                                               displs.size(), ") ", why, " (world_size ", world_size(),
-                                              ", at rank ", bad, ')')));
+                                              ", at rank ", bad, ')'));
     }
     return {};
   }
@@ -1094,9 +1157,9 @@ class Communicator {
     std::size_t extent = 0;
     if (auto s = check_v(c, recv_counts, displs, "recv_counts", "displs", extent); !s) return s;
     if (recv_counts[rank()] != send_count) {
-      return tl::unexpected(error(Errc::invalid_argument, c,
+      return reject(Errc::invalid_argument, c,
                                   detail::cat("send_count ", send_count, " differs from recv_counts[", rank(),
-                                              "] = ", recv_counts[rank()])));
+                                              "] = ", recv_counts[rank()]));
     }
     if (auto s = check_buffer(c, send, send_count, dtype, 1, "send buffer"); !s) return s;
     if (auto s = check_buffer(c, recv, extent, dtype, 1, "recv buffer"); !s) return s;
@@ -1179,7 +1242,7 @@ class Communicator {
   template <DType D, ReduceOp Op>
   Status all_reduce_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t ptr, std::size_t count) {
     using T = typename dtype_tag<D>::type;
-    return self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count);
+    return returning(self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count));
   }
 
   // Out of place: a backend with its own out-of-place all_reduce_impl (Mpi,
@@ -1221,32 +1284,32 @@ class Communicator {
   template <DType D>
   Status broadcast_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t root) {
     using T = typename dtype_tag<D>::type;
-    return self().broadcast_impl(d, detail::to_ptr<T>(ptr), count, root);
+    return returning(self().broadcast_impl(d, detail::to_ptr<T>(ptr), count, root));
   }
 
   template <DType D>
   Status all_gather_tagged(dtype_tag<D> d, std::uint64_t send, std::uint64_t recv, std::size_t count) {
     using T = typename dtype_tag<D>::type;
-    return self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
+    return returning(self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count));
   }
 
   template <DType D, ReduceOp Op>
   Status reduce_scatter_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t send, std::uint64_t recv,
                                std::size_t count) {
     using T = typename dtype_tag<D>::type;
-    return self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
+    return returning(self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count));
   }
 
   template <DType D>
   Status send_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
     using T = typename dtype_tag<D>::type;
-    return self().send_impl(d, detail::to_ptr<const T>(ptr), count, dest, tag);
+    return returning(self().send_impl(d, detail::to_ptr<const T>(ptr), count, dest, tag));
   }
 
   template <DType D>
   Status recv_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
     using T = typename dtype_tag<D>::type;
-    return self().recv_impl(d, detail::to_ptr<T>(ptr), count, src, tag);
+    return returning(self().recv_impl(d, detail::to_ptr<T>(ptr), count, src, tag));
   }
 
   template <DType D, ReduceOp Op>
@@ -1256,7 +1319,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
     if constexpr (requires { self().reduce_impl(d, o, s, r, count, root); }) {
-      return self().reduce_impl(d, o, s, r, count, root);
+      return returning(self().reduce_impl(d, o, s, r, count, root));
     } else {
       return not_implemented(c);
     }
@@ -1269,7 +1332,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
     if constexpr (requires { self().gather_impl(d, s, r, count, root); }) {
-      return self().gather_impl(d, s, r, count, root);
+      return returning(self().gather_impl(d, s, r, count, root));
     } else {
       return not_implemented(c);
     }
@@ -1282,7 +1345,7 @@ class Communicator {
     const T* s = rank() == root ? detail::to_ptr<const T>(send) : nullptr;
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().scatter_impl(d, s, r, count, root); }) {
-      return self().scatter_impl(d, s, r, count, root);
+      return returning(self().scatter_impl(d, s, r, count, root));
     } else {
       return not_implemented(c);
     }
@@ -1295,7 +1358,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_to_all_impl(d, s, r, count); }) {
-      return self().all_to_all_impl(d, s, r, count);
+      return returning(self().all_to_all_impl(d, s, r, count));
     } else {
       return not_implemented(c);
     }
@@ -1308,7 +1371,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_gather_v_impl(d, s, send_count, r, layout); }) {
-      return self().all_gather_v_impl(d, s, send_count, r, layout);
+      return returning(self().all_gather_v_impl(d, s, send_count, r, layout));
     } else {
       return not_implemented(c);
     }
@@ -1321,7 +1384,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_to_all_v_impl(d, s, sl, r, rl); }) {
-      return self().all_to_all_v_impl(d, s, sl, r, rl);
+      return returning(self().all_to_all_v_impl(d, s, sl, r, rl));
     } else {
       return not_implemented(c);
     }
@@ -1330,11 +1393,11 @@ class Communicator {
   // A backend written against the seed surface alone: the newer calls are
   // Errc::unsupported on it (AnyCommunicator still holds it).
   Status not_implemented(const detail::CallDesc& c) const {
-    return tl::unexpected(error(Errc::unsupported, c, "the backend does not implement this call"));
+    return reject(Errc::unsupported, c, "the backend does not implement this call");
   }
 
-  Error unknown_dtype(const detail::CallDesc& c) const {
-    return error(Errc::invalid_argument, c, detail::cat("unknown DType value ", detail::dtype_text(c.dtype)));
+  tl::unexpected<Error> unknown_dtype(const detail::CallDesc& c) const {
+    return reject(Errc::invalid_argument, c, detail::cat("unknown DType value ", detail::dtype_text(c.dtype)));
   }
 
   // Run-time DType -> tag, then the capability trait, then `f(tag)`.
@@ -1346,10 +1409,10 @@ class Communicator {
           if constexpr (supports_dtype_v<Backend, decltype(d)::value>) {
             return f(d);
           } else {
-            return tl::unexpected(error(Errc::unsupported, c, "the backend cannot move this dtype"));
+            return reject(Errc::unsupported, c, "the backend cannot move this dtype");
           }
         },
-        [&]() -> Status { return tl::unexpected(unknown_dtype(c)); });
+        [&]() -> Status { return unknown_dtype(c); });
   }
 
   // Run-time ReduceOp -> tag for the one dtype D, then validity, then the
@@ -1362,17 +1425,16 @@ class Communicator {
         [&](auto o) -> Status {
           constexpr ReduceOp Op = decltype(o)::value;
           if constexpr (!is_valid_v<D, Op>) {
-            return tl::unexpected(error(Errc::invalid_argument, c,
-                                        detail::cat("op ", name(Op), " is not defined for dtype ", name(D))));
+            return reject(Errc::invalid_argument, c,
+                                        detail::cat("op ", name(Op), " is not defined for dtype ", name(D)));
           } else if constexpr (!supports_reduction_v<Backend, D, Op>) {
-            return tl::unexpected(error(Errc::unsupported, c, "the backend does not support this (dtype, op)"));
+            return reject(Errc::unsupported, c, "the backend does not support this (dtype, op)");
           } else {
             return f(o);
           }
         },
         [&]() -> Status {
-          return tl::unexpected(
-              error(Errc::invalid_argument, c, detail::cat("unknown ReduceOp value ", detail::op_text(c.op))));
+          return reject(Errc::invalid_argument, c, detail::cat("unknown ReduceOp value ", detail::op_text(c.op)));
         });
   }
 
@@ -1382,7 +1444,7 @@ class Communicator {
     return visit_dtype(
         c.dtype,
         [&](auto d) -> Status { return dispatch_op<decltype(d)::value>(c, [&](auto o) { return f(d, o); }); },
-        [&]() -> Status { return tl::unexpected(unknown_dtype(c)); });
+        [&]() -> Status { return unknown_dtype(c); });
   }
 };
 

@@ -49,6 +49,13 @@ struct Error {
   int native = 0;
 };
 
+/// What a communicator does with an Error one of its calls is about to
+/// return (Options::on_error, or POLYCOLL_ON_ERROR=abort in the environment).
+enum class OnError : std::uint8_t {
+  return_error,  ///< return it (the default): the caller decides
+  abort,         ///< print it as one line to stderr and stop every rank, like MPI_ERRORS_ARE_FATAL
+};
+
 /// A value or an Error.
 template <class T>
 using Result = tl::expected<T, Error>;

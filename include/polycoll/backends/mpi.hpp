@@ -20,6 +20,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -45,6 +46,7 @@
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
+#include <polycoll/detail/on_error.hpp>
 #include <polycoll/detail/text.hpp>
 #include <polycoll/detail/wait.hpp>
 #include <polycoll/kernels/reduce.hpp>
@@ -228,17 +230,19 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   using policies = Policies;
 
   /// A communicator over a duplicate of MPI_COMM_WORLD (collective over the world).
+  /// With Options::on_error abort (or POLYCOLL_ON_ERROR=abort), a failure of
+  /// this or the other factories calls MPI_Abort too.
   [[nodiscard]] static Result<BasicMpi> world(Options options = {}) {
-    return make("Mpi::world()", MPI_COMM_WORLD, Mode::duplicate, options);
+    return made(make("Mpi::world()", MPI_COMM_WORLD, Mode::duplicate, options), MPI_COMM_WORLD, options);
   }
   /// Uses `comm` without owning it (it must outlive the result). Sets
   /// MPI_ERRORS_RETURN on it and restores its previous handler at the end.
   [[nodiscard]] static Result<BasicMpi> borrow(MPI_Comm comm, Options options = {}) {
-    return make("Mpi::borrow()", comm, Mode::borrow, options);
+    return made(make("Mpi::borrow()", comm, Mode::borrow, options), comm, options);
   }
   /// Owns an MPI_Comm_dup of `comm` (collective over comm): its own tag space.
   [[nodiscard]] static Result<BasicMpi> duplicate(MPI_Comm comm, Options options = {}) {
-    return make("Mpi::duplicate()", comm, Mode::duplicate, options);
+    return made(make("Mpi::duplicate()", comm, Mode::duplicate, options), comm, options);
   }
 
   /// Takes over `other`'s communicator; `other` is left moved-from (its calls return Errors).
@@ -291,7 +295,29 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   // ------------------------------------------------------------ construction
 
+  // A factory's result under Options::on_error: a failure ends the job with
+  // MPI_Abort on `comm` (MPI_COMM_WORLD for MPI_COMM_NULL), or with
+  // std::abort() when MPI is not usable.
+  static Result<BasicMpi> made(Result<BasicMpi>&& r, MPI_Comm comm, const Options& options) {
+    return detail::factory_result(detail::on_error_from(options.on_error), std::move(r), [comm](const Error& e) {
+      detail::print_fatal(e.message);
+      mpi_abort(comm);
+      std::abort();
+    });
+  }
+
+  // MPI_Abort with exit code 1, while MPI is usable (initialised, not finalized).
+  static void mpi_abort(MPI_Comm comm) noexcept {
+    if (detail::mpi::mpi_usable()) MPI_Abort(comm == MPI_COMM_NULL ? MPI_COMM_WORLD : comm, 1);
+  }
+
+  // Options::on_error: the front end printed the error; MPI_Abort stops every
+  // process of this communicator (in practice, MPICH and Open MPI: the job).
+  void abort_impl(const Error&) const noexcept { mpi_abort(state_ ? state_->comm : MPI_COMM_WORLD); }
+
   static Result<BasicMpi> make(const char* what, MPI_Comm comm, Mode mode, const Options& options) {
+    if (auto st = detail::check_on_error_environment(detail::cat(what, " [mpi]")); !st)
+      return tl::unexpected(std::move(st.error()));
     if (!detail::mpi::mpi_usable()) {
       int init = 0;
       MPI_Initialized(&init);
@@ -311,6 +337,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
     }
     s->options = options;
+    s->options.on_error = detail::on_error_from(options.on_error);
     int rc = MPI_SUCCESS;
     if (mode == Mode::borrow) {
       // Errors on the caller's comm must come back to us, not abort.

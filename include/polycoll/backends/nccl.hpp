@@ -45,6 +45,7 @@
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
+#include <polycoll/detail/on_error.hpp>
 #include <polycoll/detail/text.hpp>
 #include <polycoll/detail/wait.hpp>
 #include <polycoll/stream_sync.hpp>
@@ -88,8 +89,68 @@ class Nccl : public Communicator<Nccl> {
   /// until op_timeout when set.
   [[nodiscard]] static Result<Nccl> from_unique_id(const ncclUniqueId& id, std::size_t world, std::size_t rank,
                                                    int device, Options options = {}) {
+    options.on_error = detail::on_error_from(options.on_error);
+    return detail::factory_result(options.on_error, make_from_unique_id(id, world, rank, device, options));
+  }
+
+  /// One communicator per device in `devices` (rank i on devices[i]) for this
+  /// process. Drive each from its own host thread: NCCL collectives of one
+  /// communicator block until every rank has launched theirs.
+  [[nodiscard]] static Result<std::vector<Nccl>> init_all(std::span<const int> devices, Options options = {}) {
+    options.on_error = detail::on_error_from(options.on_error);
+    return detail::factory_result(options.on_error, make_init_all(devices, options));
+  }
+
+#if POLYCOLL_HAS_MPI && __has_include(<mpi.h>)
+  /// Collective over `comm`: rank 0 creates the ncclUniqueId, MPI broadcasts
+  /// it, every MPI rank becomes the same NCCL rank on `device`. MPI must be
+  /// initialised (polycoll::mpi::Environment or MPI_Init_thread).
+  [[nodiscard]] static Result<Nccl> from_mpi(MPI_Comm comm, int device, Options options = {}) {
+    options.on_error = detail::on_error_from(options.on_error);
+    return detail::factory_result(options.on_error, make_from_mpi(comm, device, options));
+  }
+#endif
+
+  /// Takes over `other`'s communicator; `other` is left moved-from (its calls return Errors).
+  Nccl(Nccl&& other) noexcept : Communicator<Nccl>(std::move(other)), e_(std::move(other.e_)) {}
+  /// Releases the held communicator (drop contract), then takes over `other`'s.
+  Nccl& operator=(Nccl&& other) noexcept {
+    if (this != &other) e_ = std::move(other.e_);  // the old communicator is released (drop contract)
+    return *this;
+  }
+  Nccl(const Nccl&) = delete;
+  Nccl& operator=(const Nccl&) = delete;
+  ~Nccl() = default;  // Engine's destructor: bounded finalize, else abort; never throws
+
+  /// The CUDA device of this rank (-1 when moved-from).
+  [[nodiscard]] int device() const noexcept { return e_ ? e_->device() : -1; }
+  /// The communication stream (non-blocking, owned by the communicator).
+  [[nodiscard]] cudaStream_t stream() const noexcept { return e_ ? e_->stream() : nullptr; }
+  /// The NCCL communicator (nullptr when moved-from or aborted). Your own
+  /// calls on it must not run concurrently with polycoll's.
+  [[nodiscard]] ncclComm_t native() const noexcept { return e_ ? e_->native() : nullptr; }
+  /// The options this communicator was made with.
+  [[nodiscard]] const Options& options() const noexcept {
+    static const Options none{};
+    return e_ ? e_->options() : none;
+  }
+  /// Operations submitted and not yet completed by sync().
+  [[nodiscard]] std::size_t pending() const { return e_ ? e_->pending() : 0; }
+
+ private:
+  friend class Communicator<Nccl>;
+  template <DType D>
+  using map = detail::nccl::type_map<D>;
+
+  explicit Nccl(std::unique_ptr<Engine> e) noexcept : e_(std::move(e)) {}
+
+  // from_unique_id() before Options::on_error has its say (from_mpi's too).
+  static Result<Nccl> make_from_unique_id(const ncclUniqueId& id, std::size_t world, std::size_t rank, int device,
+                                          const Options& options) {
     const std::string what =
         detail::cat("Nccl::from_unique_id(world=", world, ", rank=", rank, ", device=", device, ')');
+    if (auto s = detail::check_on_error_environment(detail::cat(what, " [nccl]")); !s)
+      return tl::unexpected(std::move(s.error()));
     if (world == 0 || world > static_cast<std::size_t>(INT_MAX) || rank >= world) {
       return fail(Errc::invalid_argument, detail::cat(what, " [nccl]: rank must be in [0, world) and world in [1, INT_MAX]"));
     }
@@ -117,13 +178,13 @@ class Nccl : public Communicator<Nccl> {
     return Nccl(std::move(*e));
   }
 
-  /// One communicator per device in `devices` (rank i on devices[i]) for this
-  /// process. Drive each from its own host thread: NCCL collectives of one
-  /// communicator block until every rank has launched theirs.
-  [[nodiscard]] static Result<std::vector<Nccl>> init_all(std::span<const int> devices, Options options = {}) {
+  // init_all() before Options::on_error has its say.
+  static Result<std::vector<Nccl>> make_init_all(std::span<const int> devices, const Options& options) {
     std::string what = "Nccl::init_all(devices={";
     for (std::size_t i = 0; i < devices.size(); ++i) what += detail::cat(i ? ", " : "", devices[i]);
     what += "})";
+    if (auto s = detail::check_on_error_environment(detail::cat(what, " [nccl]")); !s)
+      return tl::unexpected(std::move(s.error()));
     if (devices.empty()) return fail(Errc::invalid_argument, detail::cat(what, " [nccl]: no devices"));
     if (devices.size() > static_cast<std::size_t>(INT_MAX)) {
       return fail(Errc::invalid_argument, detail::cat(what, " [nccl]: too many devices"));
@@ -189,11 +250,11 @@ class Nccl : public Communicator<Nccl> {
   }
 
 #if POLYCOLL_HAS_MPI && __has_include(<mpi.h>)
-  /// Collective over `comm`: rank 0 creates the ncclUniqueId, MPI broadcasts
-  /// it, every MPI rank becomes the same NCCL rank on `device`. MPI must be
-  /// initialised (polycoll::mpi::Environment or MPI_Init_thread).
-  [[nodiscard]] static Result<Nccl> from_mpi(MPI_Comm comm, int device, Options options = {}) {
+  // from_mpi() before Options::on_error has its say.
+  static Result<Nccl> make_from_mpi(MPI_Comm comm, int device, const Options& options) {
     const std::string what = detail::cat("Nccl::from_mpi(device=", device, ')');
+    if (auto s = detail::check_on_error_environment(detail::cat(what, " [nccl]")); !s)
+      return tl::unexpected(std::move(s.error()));
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
@@ -221,44 +282,18 @@ class Nccl : public Communicator<Nccl> {
       return fail(detail::nccl::errc_of(r),
                   detail::cat(what, " [nccl]: rank 0: ", detail::nccl::nccl_text(r, "ncclGetUniqueId")), msg.status);
     }
-    auto made = from_unique_id(msg.id, static_cast<std::size_t>(size), static_cast<std::size_t>(rank), device, options);
+    auto made = make_from_unique_id(msg.id, static_cast<std::size_t>(size), static_cast<std::size_t>(rank), device, options);
     if (!made) return fail(made.error().code, detail::cat(what, " -> ", made.error().message), made.error().native);
     return made;
   }
 #endif
 
-  /// Takes over `other`'s communicator; `other` is left moved-from (its calls return Errors).
-  Nccl(Nccl&& other) noexcept : Communicator<Nccl>(std::move(other)), e_(std::move(other.e_)) {}
-  /// Releases the held communicator (drop contract), then takes over `other`'s.
-  Nccl& operator=(Nccl&& other) noexcept {
-    if (this != &other) e_ = std::move(other.e_);  // the old communicator is released (drop contract)
-    return *this;
+  // Options::on_error: the front end printed the error; abort the NCCL
+  // communicator (ranks in other processes see it fail or time out), then
+  // the front end ends this process.
+  void abort_impl(const Error&) const noexcept {
+    if (e_ && e_->native() != nullptr) (void)ncclCommAbort(e_->native());
   }
-  Nccl(const Nccl&) = delete;
-  Nccl& operator=(const Nccl&) = delete;
-  ~Nccl() = default;  // Engine's destructor: bounded finalize, else abort; never throws
-
-  /// The CUDA device of this rank (-1 when moved-from).
-  [[nodiscard]] int device() const noexcept { return e_ ? e_->device() : -1; }
-  /// The communication stream (non-blocking, owned by the communicator).
-  [[nodiscard]] cudaStream_t stream() const noexcept { return e_ ? e_->stream() : nullptr; }
-  /// The NCCL communicator (nullptr when moved-from or aborted). Your own
-  /// calls on it must not run concurrently with polycoll's.
-  [[nodiscard]] ncclComm_t native() const noexcept { return e_ ? e_->native() : nullptr; }
-  /// The options this communicator was made with.
-  [[nodiscard]] const Options& options() const noexcept {
-    static const Options none{};
-    return e_ ? e_->options() : none;
-  }
-  /// Operations submitted and not yet completed by sync().
-  [[nodiscard]] std::size_t pending() const { return e_ ? e_->pending() : 0; }
-
- private:
-  friend class Communicator<Nccl>;
-  template <DType D>
-  using map = detail::nccl::type_map<D>;
-
-  explicit Nccl(std::unique_ptr<Engine> e) noexcept : e_(std::move(e)) {}
 
   // Every device exists and appears once (NCCL needs one GPU per rank).
   static Status check_devices(std::string_view what, std::span<const int> devices) {

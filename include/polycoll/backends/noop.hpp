@@ -18,6 +18,7 @@
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/send_check.hpp>
+#include <polycoll/detail/on_error.hpp>
 #include <polycoll/log.hpp>
 
 namespace polycoll {
@@ -39,9 +40,11 @@ class NoOp : public Communicator<NoOp> {
   static constexpr std::string_view backend_name = "noop";
 
   /// A communicator of one rank.
-  NoOp() = default;
-  /// A communicator of one rank with `options` (drop_timeout is moot: nothing waits).
-  explicit NoOp(Options options) : options_(options) {}
+  NoOp() : NoOp(Options{}) {}
+  /// A communicator of one rank with `options` (drop_timeout is moot: nothing
+  /// waits). POLYCOLL_ON_ERROR=abort sets on_error; a constructor cannot fail,
+  /// so an unrecognised value is logged (once per process) and ignored.
+  explicit NoOp(Options options) : options_(with_environment(options)) {}
   /// Takes over `other`'s pending send/recv (`other` stays a usable world of one).
   NoOp(NoOp&& other) noexcept : Communicator<NoOp>(std::move(other)), options_(other.options_), check_(other.check_) {
     std::lock_guard lock(other.p2p_->mutex);
@@ -90,6 +93,20 @@ class NoOp : public Communicator<NoOp> {
     std::atomic<std::size_t> groups{0};  // open groups (nothing to batch with one rank)
     detail::SendLedger ledger;           // the consistency check's hashes of the pending sends
   };
+
+  static Options with_environment(Options options) noexcept {
+    options.on_error = detail::on_error_from(options.on_error);
+    if (detail::unrecognised_on_error() != nullptr) [[unlikely]] {
+      static std::atomic<bool> logged{false};
+      if (!logged.exchange(true)) {
+        try {
+          log(LogLevel::error, detail::check_on_error_environment("NoOp [noop]").error().message);
+        } catch (...) {
+        }
+      }
+    }
+    return options;
+  }
 
   std::size_t world_size_impl() const noexcept { return 1; }
   std::size_t rank_impl() const noexcept { return 0; }

@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,7 @@
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/layout.hpp>
 #include <polycoll/detail/send_check.hpp>
+#include <polycoll/detail/on_error.hpp>
 #include <polycoll/detail/wait.hpp>
 #include <polycoll/kernels/reduce.hpp>
 #include <polycoll/log.hpp>
@@ -239,77 +241,36 @@ class Threads : public Communicator<Threads> {
   static constexpr std::string_view backend_name = "threads";
 
   /// n communicators of one world, element r for rank r; hand each to its own thread.
+  /// With Options::on_error abort (or POLYCOLL_ON_ERROR=abort) a failure
+  /// here ends the process too.
   [[nodiscard]] static Result<std::vector<Threads>> create(std::size_t n, Options options = {}) {
-    if (n == 0) return fail(Errc::invalid_argument, "Threads::create(n=0) [threads]: a world needs at least one rank");
-    if (const char* what = detail::threads::World::too_large(n);
-        what != nullptr || n > std::vector<Threads>().max_size()) [[unlikely]] {
-      return fail(Errc::invalid_argument, detail::cat("Threads::create(n=", n, ") [threads]: too many ranks: the size of ",
-                                                      what != nullptr ? what : "the communicator list",
-                                                      " overflows the address space"));
-    }
-    try {
-      auto world = std::make_shared<detail::threads::World>(n, options);
-      std::vector<Threads> comms;
-      comms.reserve(n);
-      for (std::size_t r = 0; r < n; ++r) comms.push_back(Threads(world, r));
-      return comms;
-    } catch (const std::bad_alloc&) {
-      return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
-    } catch (const std::length_error&) {
-      return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
-    }
+    options.on_error = detail::on_error_from(options.on_error);
+    return detail::factory_result(options.on_error, make(n, options));
   }
 
-  /// Convenience: creates a world of n, runs `f(comm)` on n threads, joins them.
-  /// If `f` throws on a rank, the exception stops there: the world is aborted
-  /// (the other ranks' next blocking point returns Errc::aborted naming that
-  /// rank and the exception), and run returns Errc::aborted naming every rank
-  /// that threw. A thread that cannot be started aborts the world the same way.
-  /// The process is never terminated.
+  /// Convenience: creates a world of n, runs `f(comm)` on n threads, joins
+  /// them. `f` returns void or a Status. A rank fails when its `f` returns a
+  /// failing Status or throws; the first rank to fail (in time) aborts the
+  /// world, so that the others' blocking calls return Errc::aborted naming it
+  /// instead of waiting forever for a rank that gave up, as MPI_Abort would
+  /// stop them. run returns:
+  /// - the first failure when it was a returned Status: its code, and
+  ///   "Threads::run(n=4) [threads]: rank 2 returned: <its message>" (ranks
+  ///   that threw afterwards are appended);
+  /// - when the first failure was an exception: Errc::aborted naming every
+  ///   rank that threw (a thread that cannot be started counts as one);
+  /// - success when every rank returned success (or void).
+  /// The failures that followed the first, mostly Errc::aborted caused by it,
+  /// are not reported. The process is never terminated, unless
+  /// Options::on_error (or POLYCOLL_ON_ERROR) is abort: then run's failure,
+  /// like any call's, is printed and ends it.
   template <class F>
   [[nodiscard]] static Status run(std::size_t n, F&& f, Options options = {}) {
-    auto comms = create(n, options);
-    if (!comms) return tl::unexpected(std::move(comms.error()));
-    // Held here too: f may move its communicator away and destroy it.
-    const std::shared_ptr<World> world = (*comms)[0].world_;
-    std::mutex failed_mutex;
-    std::string failed;  // "rank 1 threw: <what>; rank 3 threw: <what>"
-    auto fail_rank = [&](std::size_t r, std::string&& what) noexcept {
-      try {
-        std::string line = detail::cat("rank ", r, ' ', what);
-        world->abort(detail::cat("Threads::run: ", line));
-        std::lock_guard lock(failed_mutex);
-        failed += detail::cat(failed.empty() ? "" : "; ", line);
-      } catch (...) {
-        world->abort(std::string{});  // out of memory for the text: still stop the others
-      }
-    };
-    std::vector<std::thread> threads;
-    try {
-      threads.reserve(n);
-      for (std::size_t r = 0; r < n; ++r) {
-        threads.emplace_back([&f, &fail_rank, &comms, r] {
-          try {
-            f((*comms)[r]);
-          } catch (const std::exception& e) {
-            fail_rank(r, detail::cat("threw: ", e.what()));
-          } catch (...) {
-            fail_rank(r, "threw an exception not derived from std::exception");
-          }
-        });
-      }
-    } catch (const std::exception& e) {
-      // Ranks without a thread never arrive: abort so the started ones return.
-      fail_rank(threads.size(), detail::cat("could not be started: ", e.what()));
-    }
-    for (auto& t : threads) t.join();
-    if (!failed.empty()) {
-      return fail(Errc::aborted,
-                  detail::cat("Threads::run(n=", n, ") [threads]: ", failed,
-                              "; the communicator was aborted, so the other ranks' blocking calls returned "
-                              "Errc::aborted"));
-    }
-    return {};
+    using R = std::invoke_result_t<F&, Threads&>;
+    static_assert(std::is_void_v<R> || std::is_same_v<std::remove_cvref_t<R>, Status>,
+                  "polycoll::Threads::run: the rank function must return void or polycoll::Status");
+    options.on_error = detail::on_error_from(options.on_error);
+    return detail::factory_result(options.on_error, run_world(n, f, options));
   }
 
   /// Takes over `other`'s communicator; `other` is left moved-from (its calls return Errors).
@@ -341,6 +302,93 @@ class Threads : public Communicator<Threads> {
   using VLayout = detail::VLayout;
 
   Threads(std::shared_ptr<World> world, std::size_t rank) noexcept : world_(std::move(world)), rank_(rank) {}
+
+  // create() before Options::on_error has its say.
+  static Result<std::vector<Threads>> make(std::size_t n, const Options& options) {
+    if (auto s = detail::check_on_error_environment(detail::cat("Threads::create(n=", n, ") [threads]")); !s)
+      return tl::unexpected(std::move(s.error()));
+    if (n == 0) return fail(Errc::invalid_argument, "Threads::create(n=0) [threads]: a world needs at least one rank");
+    if (const char* what = detail::threads::World::too_large(n);
+        what != nullptr || n > std::vector<Threads>().max_size()) [[unlikely]] {
+      return fail(Errc::invalid_argument, detail::cat("Threads::create(n=", n, ") [threads]: too many ranks: the size of ",
+                                                      what != nullptr ? what : "the communicator list",
+                                                      " overflows the address space"));
+    }
+    try {
+      auto world = std::make_shared<detail::threads::World>(n, options);
+      std::vector<Threads> comms;
+      comms.reserve(n);
+      for (std::size_t r = 0; r < n; ++r) comms.push_back(Threads(world, r));
+      return comms;
+    } catch (const std::bad_alloc&) {
+      return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
+    } catch (const std::length_error&) {
+      return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
+    }
+  }
+
+  // run() before Options::on_error has its say.
+  template <class F>
+  static Status run_world(std::size_t n, F& f, const Options& options) {
+    auto comms = make(n, options);
+    if (!comms) return tl::unexpected(std::move(comms.error()));
+    // Held here too: f may move its communicator away and destroy it.
+    const std::shared_ptr<World> world = (*comms)[0].world_;
+    std::mutex failed_mutex;
+    std::optional<Error> first;  // the first failure; Errc::aborted when it was a throw
+    bool first_threw = false;
+    std::string threw;  // "rank 1 threw: <what>; rank 3 threw: <what>"
+    // Under the lock, so that the first failure recorded is the one whose abort
+    // the other ranks see (Threads::abort keeps only the first cause).
+    auto fail_rank = [&](std::size_t r, std::string&& what, const Error* returned) noexcept {
+      try {
+        std::string line = detail::cat("rank ", r, ' ', what);
+        std::lock_guard lock(failed_mutex);
+        world->abort(detail::cat("Threads::run: ", line));
+        if (!first) {
+          first = Error{returned ? returned->code : Errc::aborted, line, returned ? returned->native : 0};
+          first_threw = returned == nullptr;
+        }
+        if (returned == nullptr) threw += detail::cat(threw.empty() ? "" : "; ", line);
+      } catch (...) {
+        world->abort(std::string{});  // out of memory for the text: still stop the others
+      }
+    };
+    std::vector<std::thread> threads;
+    try {
+      threads.reserve(n);
+      for (std::size_t r = 0; r < n; ++r) {
+        threads.emplace_back([&f, &fail_rank, &comms, r] {
+          try {
+            if constexpr (std::is_void_v<std::invoke_result_t<F&, Threads&>>) {
+              f((*comms)[r]);
+            } else if (const Status s = f((*comms)[r]); !s) {
+              fail_rank(r, detail::cat("returned: ", s.error().message), &s.error());
+            }
+          } catch (const std::exception& e) {
+            fail_rank(r, detail::cat("threw: ", e.what()), nullptr);
+          } catch (...) {
+            fail_rank(r, "threw an exception not derived from std::exception", nullptr);
+          }
+        });
+      }
+    } catch (const std::exception& e) {
+      // Ranks without a thread never arrive: abort so the started ones return.
+      fail_rank(threads.size(), detail::cat("could not be started: ", e.what()), nullptr);
+    }
+    for (auto& t : threads) t.join();
+    if (!first) return {};
+    if (first_threw) {
+      return fail(Errc::aborted,
+                  detail::cat("Threads::run(n=", n, ") [threads]: ", threw,
+                              "; the communicator was aborted, so the other ranks' blocking calls returned "
+                              "Errc::aborted"));
+    }
+    return fail(first->code,
+                detail::cat("Threads::run(n=", n, ") [threads]: ", first->message, threw.empty() ? "" : "; then ",
+                            threw),
+                first->native);
+  }
 
   std::size_t world_size_impl() const noexcept { return world_ ? world_->n : 1; }
   std::size_t rank_impl() const noexcept { return world_ ? rank_ : 0; }
@@ -1019,6 +1067,16 @@ class Threads : public Communicator<Threads> {
   }
 
   bool moved_from_impl() const noexcept { return !world_; }
+  // Options::on_error: the front end printed `e`; wake every rank of the world
+  // (their blocking calls return Errc::aborted) before it ends the process.
+  void abort_impl(const Error& e) const noexcept {
+    if (!world_) return;
+    try {
+      world_->abort(detail::cat("rank ", rank_, " stopped the program (on_error=abort): ", e.message));
+    } catch (...) {
+      world_->abort(std::string{});
+    }
+  }
   Error moved_from(const detail::CallDesc& call) const { return detail::moved_from_error(call, backend_name); }
   // Every rank that meets the abort, wherever it waits or whatever it calls
   // next, gets the first cause: which rank timed out in which call waiting
