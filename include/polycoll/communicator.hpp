@@ -715,8 +715,8 @@ class Communicator {
     const auto c = detail::CallDesc::movement(detail::Call::all_to_all, r.size() / w, D);
     if (s.size() != r.size() || r.size() % w != 0) {
       return reject(Errc::invalid_argument, c,
-                                  detail::cat("send.size() ", s.size(), " and recv.size() ", r.size(),
-                                              " must be equal and a multiple of world_size ", w));
+                    detail::cat("send.size() ", s.size(), " and recv.size() ", r.size(),
+                                " must be equal and a multiple of world_size ", w));
     }
     const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
     if (auto st = check_all_to_all(c, sa, ra, r.size() / w, D); !st) return st;
@@ -910,8 +910,8 @@ class Communicator {
   Status check_rank(const detail::CallDesc& c, std::size_t r, const char* what) const {
     const std::size_t w = world_size();
     if (r == any_source) [[unlikely]] {
-      return tl::unexpected(error(Errc::invalid_argument, c,
-                                  detail::cat(what, " is any_source, which only recv and probe accept")));
+      return reject(Errc::invalid_argument, c,
+                    detail::cat(what, " is any_source, which only recv and probe accept"));
     }
     if (r >= w) {
       return reject(Errc::invalid_argument, c, detail::cat(what, ' ', r, " out of range [0, ", w, ')'));
@@ -938,8 +938,8 @@ class Communicator {
                                                    std::size_t elem, std::size_t blocks, const char* what) const {
     if (overflow) {
       return reject(Errc::invalid_argument, c,
-                                  detail::cat(what, " size overflows: count ", count, " x ",
-                                              std::max<std::size_t>(blocks, 1), " x ", elem, " bytes"));
+                    detail::cat(what, " size overflows: count ", count, " x ",
+                                std::max<std::size_t>(blocks, 1), " x ", elem, " bytes"));
     }
     return reject(Errc::invalid_argument, c, detail::cat(what, " is null with count > 0"));
   }
@@ -956,8 +956,8 @@ class Communicator {
   Status check_extent(const detail::CallDesc& c, std::size_t have, std::size_t need, const char* what) const {
     if (have < need) [[unlikely]] {
       return reject(Errc::invalid_argument, c,
-                                  detail::cat(what, ".size() is ", have, ", the counts and displacements need ",
-                                              need));
+                    detail::cat(what, ".size() is ", have, ", the counts and displacements need ",
+                                need));
     }
     return {};
   }
@@ -968,8 +968,8 @@ class Communicator {
     const std::size_t w = blocks != 0 ? blocks : std::max<std::size_t>(world_size(), 1);
     if (small > std::numeric_limits<std::size_t>::max() / w || big != small * w) {
       return reject(Errc::invalid_argument, c,
-                                  detail::cat(big_name, " is ", big, ", expected ", small_name,
-                                              " x world_size = ", small, " x ", w));
+                    detail::cat(big_name, " is ", big, ", expected ", small_name,
+                                " x world_size = ", small, " x ", w));
     }
     return {};
   }
@@ -1015,8 +1015,8 @@ class Communicator {
   [[gnu::cold, gnu::noinline]] Status overlap_error(const detail::CallDesc& c, const char* a_name,
                                                     const char* b_name) const {
     return reject(Errc::invalid_argument, c,
-                                detail::cat(a_name, " and ", b_name,
-                                            " overlap (other than in the documented in-place form)"));
+                  detail::cat(a_name, " and ", b_name,
+                              " overlap (other than in the documented in-place form)"));
   }
 
   // The counts and displacements of a v-collective; `extent` gets the
@@ -1026,9 +1026,9 @@ class Communicator {
     std::size_t bad = 0;
     if (const char* why = detail::check_layout(counts, displs, world_size(), extent, bad)) [[unlikely]] {
       return reject(Errc::invalid_argument, c,
-                                  detail::cat(counts_name, " (", counts.size(), ") / ", displs_name, " (",
-                                              displs.size(), ") ", why, " (world_size ", world_size(),
-                                              ", at rank ", bad, ')'));
+                    detail::cat(counts_name, " (", counts.size(), ") / ", displs_name, " (",
+                                displs.size(), ") ", why, " (world_size ", world_size(),
+                                ", at rank ", bad, ')'));
     }
     return {};
   }
@@ -1087,10 +1087,10 @@ class Communicator {
   Status check_source(const detail::CallDesc& c, std::size_t src, std::uint32_t tag) const {
     if (src == any_source || tag == any_tag) [[unlikely]] {
       if constexpr (!supports_probe_v<Backend>) {
-        return tl::unexpected(error(Errc::unsupported, c,
-                                    detail::cat(src == any_source ? "any_source" : "any_tag",
-                                                " needs a backend with probe and wildcard receives (supports_probe "
-                                                "is false here: the backend matches by position)")));
+        return reject(Errc::unsupported, c,
+                      detail::cat(src == any_source ? "any_source" : "any_tag",
+                                  " needs a backend with probe and wildcard receives (supports_probe "
+                                  "is false here: the backend matches by position)"));
       }
       if (src == any_source) return {};
     }
@@ -1100,9 +1100,9 @@ class Communicator {
   // A send (and send_recv) names one tag: any_tag is a receive's wildcard.
   Status check_send_tag(const detail::CallDesc& c, std::uint32_t tag) const {
     if (tag == any_tag) [[unlikely]] {
-      return tl::unexpected(error(Errc::invalid_argument, c,
-                                  "tag is any_tag (0xFFFFFFFF), a wildcard only recv and probe accept; a send "
-                                  "needs one tag"));
+      return reject(Errc::invalid_argument, c,
+                    "tag is any_tag (0xFFFFFFFF), a wildcard only recv and probe accept; a send "
+                    "needs one tag");
     }
     return {};
   }
@@ -1158,8 +1158,8 @@ class Communicator {
     if (auto s = check_v(c, recv_counts, displs, "recv_counts", "displs", extent); !s) return s;
     if (recv_counts[rank()] != send_count) {
       return reject(Errc::invalid_argument, c,
-                                  detail::cat("send_count ", send_count, " differs from recv_counts[", rank(),
-                                              "] = ", recv_counts[rank()]));
+                    detail::cat("send_count ", send_count, " differs from recv_counts[", rank(),
+                                "] = ", recv_counts[rank()]));
     }
     if (auto s = check_buffer(c, send, send_count, dtype, 1, "send buffer"); !s) return s;
     if (auto s = check_buffer(c, recv, extent, dtype, 1, "recv buffer"); !s) return s;
@@ -1201,8 +1201,8 @@ class Communicator {
     constexpr DType D = dtype_of_v<T>;
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, s.size(), D, op);
     if (r.size() != s.size()) {
-      return tl::unexpected(error(Errc::invalid_argument, c,
-                                  detail::cat("recv.size() ", r.size(), " differs from send.size() ", s.size())));
+      return reject(Errc::invalid_argument, c,
+                    detail::cat("recv.size() ", r.size(), " differs from send.size() ", s.size()));
     }
     const std::uint64_t sa = detail::to_address(s.data()), ra = detail::to_address(r.data());
     if (auto st = check_all_reduce(c, sa, ra, s.size(), D); !st) return st;
@@ -1258,7 +1258,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_reduce_impl(d, o, s, r, count); }) {
-      return self().all_reduce_impl(d, o, s, r, count);
+      return returning(self().all_reduce_impl(d, o, s, r, count));
     } else {
       // memmove: the front end allows no partial overlap, but the compiler
       // cannot know that (-Wrestrict on a constant bad call).
@@ -1274,7 +1274,7 @@ class Communicator {
   Status all_reduce_value_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t value) {
     using T = typename dtype_tag<D>::type;
     if constexpr (requires { self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)); }) {
-      return self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value));
+      return returning(self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)));
     } else {
       if (auto s = all_reduce_tagged(d, o, value, 1); !s) return s;
       return sync();
@@ -1426,7 +1426,7 @@ class Communicator {
           constexpr ReduceOp Op = decltype(o)::value;
           if constexpr (!is_valid_v<D, Op>) {
             return reject(Errc::invalid_argument, c,
-                                        detail::cat("op ", name(Op), " is not defined for dtype ", name(D)));
+                          detail::cat("op ", name(Op), " is not defined for dtype ", name(D)));
           } else if constexpr (!supports_reduction_v<Backend, D, Op>) {
             return reject(Errc::unsupported, c, "the backend does not support this (dtype, op)");
           } else {
@@ -1515,23 +1515,23 @@ Status Communicator<Backend>::recv(std::uint64_t ptr, std::size_t count, DType d
 template <class Backend>
 Result<std::optional<MessageInfo>> Communicator<Backend>::probe(std::size_t src, std::uint32_t tag, DType dtype) {
   const auto c = detail::CallDesc::p2p(detail::Call::probe, detail::npos, dtype, src, tag);
-  if (!is_known(dtype)) return tl::unexpected(unknown_dtype(c));
+  if (!is_known(dtype)) return unknown_dtype(c);
   if constexpr (!supports_probe_v<Backend>) {
-    return tl::unexpected(error(Errc::unsupported, c,
-                                "the backend has no probe (supports_probe is false: it matches sends and receives "
-                                "by position, with no message envelope to inspect)"));
+    return reject(Errc::unsupported, c,
+                  "the backend has no probe (supports_probe is false: it matches sends and receives "
+                  "by position, with no message envelope to inspect)");
   } else {
     if (auto s = check_source(c, src, tag); !s) return tl::unexpected(std::move(s.error()));
-    Result<std::optional<detail::Envelope>> found = self().probe_impl(src, tag);
+    Result<std::optional<detail::Envelope>> found = returning(self().probe_impl(src, tag));
     if (!found) return tl::unexpected(std::move(found.error()));
     if (!found->has_value()) return std::optional<MessageInfo>{};
     const detail::Envelope& e = **found;
     const std::size_t elem = size_of(dtype);
     if (e.bytes % elem != 0) {
-      return tl::unexpected(error(Errc::mismatch, c,
-                                  detail::cat("the message from rank ", e.source, " with tag ", e.tag, " has ",
-                                              e.bytes, " bytes, not a whole number of ", detail::dtype_text(dtype),
-                                              " elements (", elem, " bytes each)")));
+      return reject(Errc::mismatch, c,
+                    detail::cat("the message from rank ", e.source, " with tag ", e.tag, " has ",
+                                e.bytes, " bytes, not a whole number of ", detail::dtype_text(dtype),
+                                " elements (", elem, " bytes each)"));
     }
     return std::optional<MessageInfo>{MessageInfo{e.source, e.tag, e.bytes / elem}};
   }
