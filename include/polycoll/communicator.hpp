@@ -80,8 +80,11 @@ inline constexpr std::uint32_t any_tag = 0xFFFFFFFFu;
 /// What probe found: the first pending message matching (src, tag), with its
 /// actual source and tag, and its length in elements of the probed dtype.
 struct MessageInfo {
+  /// The rank that sent it (the actual one when probed with any_source).
   std::size_t source = 0;
+  /// Its tag (the actual one when probed with any_tag).
   std::uint32_t tag = 0;
+  /// Its length in elements of the probed dtype.
   std::size_t count = 0;
 };
 
@@ -604,7 +607,7 @@ class Communicator {
   }
 
   /// Typed probe: as the seed probe, the count in elements of T. A compile-time
-  /// error on a backend without probe (supports_probe<B> false: Nccl).
+  /// error on a backend without probe (`supports_probe<B>` false: Nccl).
   template <class T>
   [[nodiscard]] Result<std::optional<MessageInfo>> probe(std::size_t src, std::uint32_t tag) {
     check_movable<T>();
