@@ -326,4 +326,49 @@ TEST_CASE("NoOp check: a send buffer changed before sync() is Errc::mismatch", "
   CHECK(comm.sync());  // the next sync starts afresh
 }
 
+// A send whose receive is already posted is that receive's, as on Threads and
+// Mpi (where the receive takes it at once): probe does not report it, so a
+// probe-then-receive loop ends (it looped forever when probe reported every
+// queued send).
+TEST_CASE("NoOp probe skips the sends a posted receive will take", "[noop][p2p][probe]") {
+  NoOp comm;
+  std::int32_t a = 1, b = 2, got_a = 0, got_b = 0;
+  REQUIRE(comm.send(std::span<const std::int32_t>(&a, 1), 0, 5));
+  REQUIRE(comm.recv(std::span<std::int32_t>(&got_a, 1), 0, 5));
+  auto p = comm.probe<std::int32_t>(0, 5);
+  REQUIRE(p);
+  CHECK_FALSE(p->has_value());
+  REQUIRE(comm.send(std::span<const std::int32_t>(&b, 1), 0, 5));
+  p = comm.probe<std::int32_t>(any_source, any_tag);
+  REQUIRE(p);
+  REQUIRE(p->has_value());
+  CHECK((*p)->tag == 5);
+  int loops = 0;
+  while (true) {
+    auto m = comm.probe<std::int32_t>(any_source, any_tag);
+    REQUIRE(m);
+    if (!m->has_value()) break;
+    REQUIRE(++loops < 10);
+    REQUIRE(comm.recv(std::span<std::int32_t>(&got_b, 1), (*m)->source, (*m)->tag));
+  }
+  CHECK(loops == 1);
+  REQUIRE(comm.sync());
+  CHECK(got_a == 1);
+  CHECK(got_b == 2);
+}
+
+// all_reduce_value completes its own operation only, like MPI_Allreduce: a
+// send posted before it stays pending for a receive posted after it.
+TEST_CASE("NoOp all_reduce_value leaves earlier point-to-point work pending", "[noop][p2p]") {
+  NoOp comm;
+  std::int32_t a = 7, got = 0;
+  REQUIRE(comm.send(std::span<const std::int32_t>(&a, 1), 0, 1));
+  auto v = comm.all_reduce_value(3.5, polycoll::sum);
+  REQUIRE(v);
+  CHECK(*v == 3.5);
+  REQUIRE(comm.recv(std::span<std::int32_t>(&got, 1), 0, 1));
+  REQUIRE(comm.sync());
+  CHECK(got == 7);
+}
+
 }  // namespace

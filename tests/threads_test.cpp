@@ -1260,4 +1260,42 @@ TEST_CASE("a small send buffer reused before sync() delivers what was sent", "[t
   CHECK(got == (std::array<std::int32_t, 3>{100, 101, 102}));
 }
 
+// all_reduce_value completes its own operation only, like MPI_Allreduce: a
+// receive posted before it is not waited for. Rank 1 sends only once rank 0's
+// all_reduce_value has returned, so a sync() inside it (as the value form
+// first had) waits for that send until op_timeout.
+TEST_CASE("Threads all_reduce_value leaves earlier point-to-point work pending", "[threads][p2p]") {
+  Options o;
+  o.op_timeout = std::chrono::milliseconds(3000);
+  auto comms = Threads::create(2, o);
+  REQUIRE(comms);
+  std::int32_t got = 0;
+  std::atomic<bool> returned{false};
+  Status r1;
+  std::thread t([&] {
+    Threads& c = (*comms)[1];
+    auto v = c.all_reduce_value(std::int64_t{2}, polycoll::sum);
+    if (!v || *v != 3) {
+      r1 = tl::unexpected(v ? Error{Errc::mismatch, "wrong value"} : v.error());
+      return;
+    }
+    while (!returned.load()) std::this_thread::yield();
+    std::int32_t x = 42;
+    if (auto s = c.send(std::span<const std::int32_t>(&x, 1), 0, 9); !s) r1 = s;
+    else r1 = c.sync();
+  });
+  Threads& c0 = (*comms)[0];
+  REQUIRE(c0.recv(std::span<std::int32_t>(&got, 1), 1, 9));
+  auto v = c0.all_reduce_value(std::int64_t{1}, polycoll::sum);
+  returned = true;
+  INFO((v ? std::string() : v.error().message));
+  CHECK(v);
+  if (v) CHECK(*v == 3);
+  CHECK(c0.sync());
+  t.join();
+  INFO((r1 ? std::string() : r1.error().message));
+  CHECK(r1);
+  CHECK(got == 42);
+}
+
 }  // namespace

@@ -446,9 +446,11 @@ class Communicator {
   }
 
   /// All-reduce of one value, returned: `auto s = comm.all_reduce_value(x, polycoll::sum);`.
-  /// It returns complete on every backend, and completes as sync() does: work
-  /// posted before it completes too, and an error of that work is its error.
-  /// On Nccl `x` is host memory (the value goes through a device scratch word).
+  /// It returns complete on every backend. Like MPI_Allreduce it leaves
+  /// earlier sends and receives pending, except under Mpi's nonblocking policy
+  /// (and on a custom backend whose collectives complete at sync()), where it
+  /// completes as sync() does. On Nccl `x` is host memory (the value goes
+  /// through a device scratch word).
   template <class T, ReduceOp Op>
   [[nodiscard]] Result<T> all_reduce_value(T x, op_tag<Op> op) {
     detail::check_element_type<T>();
@@ -1270,14 +1272,21 @@ class Communicator {
     }
   }
 
-  // The value form: a backend whose buffers are not host memory has its own
-  // all_reduce_value_impl (Nccl), which returns complete; elsewhere the value
-  // is a one-element in-place all_reduce followed by sync().
+  // The value form: a backend with its own all_reduce_value_impl (Nccl: the
+  // value is not device memory; Mpi: the operation may stay posted after a
+  // timeout, so the value travels in a cell that outlives the call) returns
+  // complete from it. Elsewhere the value is a one-element in-place
+  // all_reduce; a backend whose collectives return complete
+  // (collectives_complete_on_return: NoOp, Threads) needs nothing more, so
+  // the call leaves earlier point-to-point work alone, as MPI_Allreduce does;
+  // any other backend is synced, the portable way to complete a collective.
   template <DType D, ReduceOp Op>
   Status all_reduce_value_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t value) {
     using T = typename dtype_tag<D>::type;
     if constexpr (requires { self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)); }) {
       return returning(self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)));
+    } else if constexpr (requires { requires Backend::collectives_complete_on_return; }) {
+      return all_reduce_tagged(d, o, value, 1);
     } else {
       if (auto s = all_reduce_tagged(d, o, value, 1); !s) return s;
       return sync();

@@ -596,6 +596,36 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     return all_reduce_into(d, o, send, recv, count);
   }
 
+  // all_reduce_value: blocking and without op_timeout, the one-element
+  // all_reduce returns complete (nothing of it can stay posted). Otherwise it
+  // may: a timed-out MPI_Iallreduce stays posted and MPI writes its buffer
+  // when it completes, so the value travels in a heap cell that is leaked,
+  // not freed, when the call fails (as a timed-out collective's scratch is).
+  // The nonblocking policy completes it with sync(), which completes the
+  // work posted before it too (docs/mpi.md).
+  template <DType D, ReduceOp Op, class T>
+  Status all_reduce_value_impl(dtype_tag<D> d, op_tag<Op> o, T* value) {
+    if constexpr (!nonblocking) {
+      if (!deadline()) return all_reduce_impl(d, o, value, 1);
+    }
+    std::unique_ptr<T> cell;
+    try {
+      cell = std::make_unique<T>(*value);
+    } catch (const std::bad_alloc&) {
+      return tl::unexpected(this->error(Errc::backend_failure,
+                                        detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, Op),
+                                        "out of memory for the one-value cell"));
+    }
+    Status st = all_reduce_impl(d, o, cell.get(), 1);
+    if (st && nonblocking) st = sync_impl();
+    if (!st) {
+      (void)cell.release();  // MPI may still write it
+      return st;
+    }
+    *value = *cell;
+    return {};
+  }
+
   // all_reduce into `buf`: in place when `send` is null, else from `send`.
   template <DType D, ReduceOp Op, class T>
   Status all_reduce_into([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* buf, std::size_t count) {
@@ -1015,7 +1045,6 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     auto guard = lock();
     const std::size_t bytes = count * sizeof(T);
-    if (state_->check) [[unlikely]] state_->ledger.record(numbered(c), ptr, bytes);
     // A small send is sent from a copy made now (detail::eager_bytes), as on
     // every backend: MPI may read the caller's buffer until the request
     // completes (MPICH does so for a send to self), so without it a buffer
@@ -1036,6 +1065,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                              state_->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Isend");
     state_->pool.add_send(req, numbered(c), dt, std::move(copy));
+    // Recorded once posted: a send that returned an error is not checked.
+    if (state_->check) [[unlikely]] state_->ledger.record(numbered(c), ptr, bytes);
     return {};
   }
 
@@ -1314,10 +1345,14 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       state_->retired_x.clear();
       state_->retired_ints.clear();
       if (!state_->deferred) state_->pool.mark_idle();
-      // Every send completed: with the check on, none of their buffers may
-      // have changed since it was posted.
-      if (state_->check) [[unlikely]] changed = state_->ledger.verify();
     }
+    // Every send posted before this sync() completed (drain returned done, the
+    // pool may still hold later work of other threads): with the check on,
+    // none of their buffers may have changed since it was posted. Checked
+    // here, not only once the pool is empty, so that a receive kept posted
+    // (a wildcard service loop) neither lets the records pile up nor leaves
+    // them to be hashed after their buffers were reused or freed.
+    if (done && state_->check) [[unlikely]] changed = state_->ledger.verify();
     if (first) return tl::unexpected(std::move(*first));
     if (changed) return tl::unexpected(this->error(Errc::mismatch, *changed, detail::send_changed_text));
     if (!done) {
@@ -1453,6 +1488,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
               continue;  // an unmatched receive: nothing was posted to MPI
             } else if (call == detail::Call::send || call == detail::Call::recv) {
               MPI_Request_free(&r);  // completes on its own; MPI may still touch the buffer
+              // A small send's copy is polycoll's: leak it rather than free it under MPI.
+              (void)s.pool.pending(i).scratch.release();
             } else {
               ++leaked;  // MPI forbids freeing or cancelling a nonblocking collective
               // MPI may still write its scratch block: leak it rather than free it under MPI.

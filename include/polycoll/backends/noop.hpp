@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
@@ -38,6 +39,9 @@ class NoOp : public Communicator<NoOp> {
  public:
   /// The name in error messages and AnyCommunicator::backend_name().
   static constexpr std::string_view backend_name = "noop";
+  /// A collective returns complete (its outputs valid, nothing of it left
+  /// pending), so all_reduce_value needs no sync() after it.
+  static constexpr bool collectives_complete_on_return = true;
 
   /// A communicator of one rank.
   NoOp() : NoOp(Options{}) {}
@@ -207,13 +211,33 @@ class NoOp : public Communicator<NoOp> {
     return {};
   }
 
-  // The oldest pending send (to itself) with the tag; the sends are matched
-  // at sync(), so until then every one is pending.
+  // The oldest pending send (to itself) with the tag that no posted receive
+  // will take. Sends are matched at sync(), so a send whose receive is already
+  // posted is still queued here, but it is that receive's (as on Threads and
+  // Mpi, where the receive takes it at once): probe skips it, matching the
+  // posted receives against the sends exactly as sync_impl will.
   Result<std::optional<detail::Envelope>> probe_impl(std::size_t, std::uint32_t tag) {
     std::lock_guard lock(p2p_->mutex);
-    for (const Message& s : p2p_->sends) {
-      if (tag == any_tag || s.call.tag == tag) {
-        return std::optional<detail::Envelope>{detail::Envelope{0, s.call.tag, s.bytes}};
+    const auto& sends = p2p_->sends;
+    std::vector<bool> taken;
+    try {
+      taken.assign(sends.size(), false);
+    } catch (const std::bad_alloc&) {
+      return tl::unexpected(error(Errc::backend_failure,
+                                  detail::CallDesc::p2p(detail::Call::probe, detail::npos, DType::U8, 0, tag),
+                                  "out of memory matching the posted receives"));
+    }
+    for (const Message& r : p2p_->recvs) {
+      for (std::size_t i = 0; i < sends.size(); ++i) {
+        if (!taken[i] && (r.call.tag == any_tag || sends[i].call.tag == r.call.tag)) {
+          taken[i] = true;
+          break;
+        }
+      }
+    }
+    for (std::size_t i = 0; i < sends.size(); ++i) {
+      if (!taken[i] && (tag == any_tag || sends[i].call.tag == tag)) {
+        return std::optional<detail::Envelope>{detail::Envelope{0, sends[i].call.tag, sends[i].bytes}};
       }
     }
     return std::optional<detail::Envelope>{};

@@ -239,6 +239,9 @@ class Threads : public Communicator<Threads> {
  public:
   /// The name in error messages and AnyCommunicator::backend_name().
   static constexpr std::string_view backend_name = "threads";
+  /// A collective returns complete (its outputs valid, nothing of it left
+  /// pending), so all_reduce_value needs no sync() after it.
+  static constexpr bool collectives_complete_on_return = true;
 
   /// n communicators of one world, element r for rank r; hand each to its own thread.
   /// With Options::on_error abort (or POLYCOLL_ON_ERROR=abort) a failure

@@ -18,13 +18,14 @@
 
 namespace polycoll::detail {
 
-/// A send of at most this many bytes that finds no posted receive is copied
-/// when it is posted (an eager copy, like MPI's eager protocol), on NoOp and
-/// Threads: the sender may then reuse such a buffer at once, as it may on Mpi,
-/// so a program that does so (an error by the contract: a send completes at
-/// sync()) gets the same answer on every backend. Larger sends are read when
-/// they are delivered. 256 bytes keeps the copy inside the queue entry (no
-/// allocation); docs/benchmarks.md measures the p2p latency with it.
+/// A send of at most this many bytes is copied when it is posted (an eager
+/// copy, like MPI's eager protocol), on NoOp and Threads into the queued
+/// message (no allocation) when no receive is posted yet, on Mpi into a
+/// recycled block it sends from. A buffer reused before sync() is an error by
+/// the contract (a send completes at sync()), but a small one then sends what
+/// it held at the call on every host backend, not a backend-dependent value.
+/// Larger sends are read until they complete. docs/benchmarks.md measures
+/// the p2p latency with it.
 inline constexpr std::size_t eager_bytes = 256;
 
 /// A 64-bit hash of `bytes` bytes at `p`, eight bytes a step (the check's

@@ -229,6 +229,10 @@ class Engine final : public StreamSyncOps {
   /// earlier work (bounded by op_timeout), copied back.
   [[nodiscard]] Status all_reduce_value(const CallDesc& call, void* value, std::size_t bytes, std::size_t n,
                                         ncclDataType_t type, ncclRedOp_t op) {
+    // One value call at a time: they share the slot, and complete() releases
+    // mutex_ while it waits, so without this a second thread's copy-in could
+    // overwrite the slot before the first copied its result out.
+    std::lock_guard one_value(value_mutex_);
     std::unique_lock g(mutex_);
     if (auto s = live(call); !s) return s;
     DeviceGuard guard(device_);
@@ -243,7 +247,10 @@ class Engine final : public StreamSyncOps {
       return s;
     remember(c);
     if (auto s = complete(call, g); !s) return s;
-    // The stream is idle now (complete() waited), so this copy cannot hang.
+    // complete() waited for this call and all earlier work. Work another
+    // thread queued since (mutex_ is released while complete() waits) comes
+    // before this copy on the stream, and the copy to pageable memory waits
+    // for it, unbounded by op_timeout (docs/nccl.md).
     if (auto e = cudaMemcpyAsync(value, slot, bytes, cudaMemcpyDeviceToHost, stream_); e != cudaSuccess)
       return cuda_error(c, e, "cudaMemcpyAsync (all_reduce_value)");
     if (auto e = cudaStreamSynchronize(stream_); e != cudaSuccess)
@@ -774,6 +781,7 @@ class Engine final : public StreamSyncOps {
   std::size_t size_ = 1;
   Options options_;
   mutable std::mutex mutex_;
+  std::mutex value_mutex_;  // all_reduce_value's slot: one call at a time (taken before mutex_)
   std::uint64_t seq_ = 0;
   std::vector<CallDesc> pending_;  // submitted, not yet known complete (the first max_named)
   std::size_t unnamed_ = 0;        // beyond max_named
