@@ -7,6 +7,7 @@
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/backends/noop.hpp>
 #include <polycoll/backends/threads.hpp>
+#include "death_common.hpp"
 
 #include <array>
 #include <chrono>
@@ -20,6 +21,8 @@
 
 namespace {
 
+using death::aborting;
+using death::returned;
 using polycoll::AnyCommunicator;
 using polycoll::DType;
 using polycoll::Errc;
@@ -29,22 +32,6 @@ using polycoll::Options;
 using polycoll::ReduceOp;
 using polycoll::Status;
 using polycoll::Threads;
-
-Options aborting() {
-  Options o;
-  o.on_error = OnError::abort;
-  return o;
-}
-
-// The outcome when the error came back: the caller sees it.
-int returned(const Status& s) {
-  if (s) {
-    std::printf("UNEXPECTED: the call succeeded\n");
-    return 1;
-  }
-  std::printf("RETURNED: %s\n", s.error().message.c_str());
-  return 0;
-}
 
 template <class T>
 int returned(const polycoll::Result<T>& r) {

@@ -7,6 +7,7 @@
 // keeps every rank to the end.
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/backends/mpi.hpp>
+#include "death_common.hpp"
 
 #include <array>
 #include <chrono>
@@ -18,25 +19,12 @@
 
 namespace {
 
+using death::aborting;
+using death::returned;
 using polycoll::DType;
 using polycoll::OnError;
 using polycoll::Options;
 using polycoll::Status;
-
-Options aborting() {
-  Options o;
-  o.on_error = OnError::abort;
-  return o;
-}
-
-int returned(const Status& s) {
-  if (s) {
-    std::printf("UNEXPECTED: the call succeeded\n");
-    return 1;
-  }
-  std::printf("RETURNED: %s\n", s.error().message.c_str());
-  return 0;
-}
 
 // Rank 0 runs `bad`; every other rank waits in a barrier. Where the error
 // comes back, rank 0 joins the barrier too.

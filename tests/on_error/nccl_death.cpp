@@ -4,6 +4,7 @@
 // process dies by SIGABRT with the fatal line. Without a GPU it exits 77
 // (meson's SKIP), after checking that the factory says so as an Error.
 #include <polycoll/backends/nccl.hpp>
+#include "death_common.hpp"
 
 #include <array>
 #include <cstdio>
@@ -13,20 +14,12 @@
 
 namespace {
 
+using death::returned;
 using polycoll::DType;
 using polycoll::OnError;
 using polycoll::Options;
 using polycoll::ReduceOp;
 using polycoll::Status;
-
-int returned(const Status& s) {
-  if (s) {
-    std::printf("UNEXPECTED: the call succeeded\n");
-    return 1;
-  }
-  std::printf("RETURNED: %s\n", s.error().message.c_str());
-  return 0;
-}
 
 }  // namespace
 
