@@ -530,6 +530,11 @@ TEST_CASE("probe and any_source / any_tag receives", "[conformance][p2p][probe]"
           rep.expect_ok(comm.recv(std::span<std::int32_t>(&into, 1), any_source, 18), "typed recv any_source");
           rep.expect_ok(comm.sync(), "typed sync");
         }
+        // Before the fan-in: a rank that ran ahead would otherwise send its
+        // fan-in messages while rank 0 still probes (any_source, any_tag)
+        // above, which then finds and takes one of them (seen under TSan: a
+        // hang, the fan-in one message short).
+        rep.expect_ok(comm.barrier(), "barrier after probe");
       }
 
       // Fan-in with wildcards: every rank sends two messages to rank 0 with
