@@ -285,7 +285,7 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   Status all_reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
     return all_reduce(addr(send), addr(recv), count, D, Op);
   }
-  // Returns complete: the held backend's all_reduce_value (its own sync).
+  // Returns complete: the held backend's all_reduce_value, with its rules.
   template <DType D, ReduceOp Op, class T>
   Status all_reduce_value_impl(dtype_tag<D>, op_tag<Op>, T* value) {
     return all_reduce_value(addr(value), D, Op);
