@@ -194,6 +194,20 @@ void each_world(Body body) {
   }
 }
 
+// A bad-input case: `s` failed with `code`, and its message holds `needle`
+// and "of <w> [<backend>]" (rank/world/backend), as every Error must.
+template <class R>
+void expect_error(Report& rep, std::size_t w, const R& s, Errc code, const std::string& needle,
+                  const std::string& what) {
+  rep.expect(!s, what + " must fail");
+  if (s) return;
+  rep.expect(s.error().code == code, what + ": wrong code " + std::string(to_string(s.error().code)));
+  const std::string& m = s.error().message;
+  rep.expect(m.find(needle) != std::string::npos, what + ": message lacks '" + needle + "': " + m);
+  rep.expect(m.find("of " + std::to_string(w) + " [" + std::string(B::backend_name) + "]") != std::string::npos,
+             what + ": message lacks rank/world/backend: " + m);
+}
+
 }  // namespace
 
 TEST_CASE("all_reduce: every dtype, every valid op, every count", "[conformance][all_reduce]" POLYCOLL_TAG) {
@@ -615,13 +629,7 @@ TEST_CASE("probe and any_source / any_tag receives", "[conformance][p2p][probe]"
 
     // Bad input: the wildcards are not a send's, probe's src is a rank.
     auto expect_error = [&](const auto& s, Errc code, const std::string& needle, const std::string& what) {
-      rep.expect(!s, what + " must fail");
-      if (s) return;
-      rep.expect(s.error().code == code, what + ": wrong code " + std::string(to_string(s.error().code)));
-      const std::string& m = s.error().message;
-      rep.expect(m.find(needle) != std::string::npos, what + ": message lacks '" + needle + "': " + m);
-      rep.expect(m.find("of " + std::to_string(w) + " [" + std::string(B::backend_name) + "]") != std::string::npos,
-                 what + ": message lacks rank/world/backend: " + m);
+      conformance::expect_error(rep, w, s, code, needle, what);
     };
     expect_error(comm.send(buf.address(), 4, DType::I32, any_source, 1), Errc::invalid_argument,
                  "dest is any_source", "send to any_source");
@@ -736,14 +744,8 @@ TEST_CASE("bad input is an Error naming call, arguments, rank and backend", "[co
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size();
     Buf<float> buf(4);
-    auto expect_error = [&](const Status& s, Errc code, const std::string& needle, const std::string& what) {
-      rep.expect(!s, what + " must fail");
-      if (s) return;
-      rep.expect(s.error().code == code, what + ": wrong code " + std::string(to_string(s.error().code)));
-      const std::string& m = s.error().message;
-      rep.expect(m.find(needle) != std::string::npos, what + ": message lacks '" + needle + "': " + m);
-      rep.expect(m.find("of " + std::to_string(w) + " [" + std::string(B::backend_name) + "]") != std::string::npos,
-                 what + ": message lacks rank/world/backend: " + m);
+    auto expect_error = [&](const auto& s, Errc code, const std::string& needle, const std::string& what) {
+      conformance::expect_error(rep, w, s, code, needle, what);
     };
     expect_error(comm.all_reduce(0, 4, DType::F32, ReduceOp::Sum), Errc::invalid_argument,
                  "all_reduce(count=4, dtype=f32, op=sum)", "null buffer");
