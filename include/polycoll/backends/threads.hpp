@@ -77,6 +77,59 @@ struct PendingSend {
   alignas(16) std::byte eager[eager_bytes];
 
   const void* data() const noexcept { return copied ? static_cast<const void*>(eager) : ptr; }
+
+  // The queued send `from`, copied out of its mailbox: its envelope and the
+  // bytes it carries (at most eager_bytes), not the whole eager buffer, so
+  // that the mailbox lock is held for as short a time as possible.
+  void take(const PendingSend& from) noexcept {
+    ptr = from.ptr;
+    bytes = from.bytes;
+    src = from.src;
+    call = from.call;
+    copied = from.copied;
+    if (copied) copy_bytes(eager, from.eager, bytes);
+  }
+
+ private:
+  static void copy_bytes(std::byte* dst, const std::byte* src, std::size_t n) noexcept {
+    if (n != 0) std::memcpy(dst, src, n);
+  }
+};
+
+/// The lock of a rank's mailbox. It is held for a few dozen instructions (a
+/// scan of the queue, a push, a copy of at most eager_bytes), so a thread
+/// that finds it taken spins a little before it sleeps. std::mutex sleeps at
+/// once: in a 2-rank exchange the sender and the receiver meet at the
+/// receiver's mailbox every time, and the futex sleep and wake-up that
+/// followed cost more than the rest of the send and receive together
+/// (docs/benchmarks.md, "Point-to-point"). After `spin` tries it sleeps on
+/// the lock word, so a rank whose holder was preempted (more ranks than
+/// cores) does not burn its core.
+class MailboxLock {
+ public:
+  void lock() noexcept {
+    if (try_lock()) [[likely]] return;
+    for (unsigned i = 0; i < spin; ++i) {
+      polycoll::detail::cpu_relax();
+      if (state_.load(std::memory_order_relaxed) == free && try_lock()) return;
+    }
+    // `contended` tells unlock() that a thread may sleep on the word.
+    while (state_.exchange(contended, std::memory_order_acquire) != free) {
+      state_.wait(contended, std::memory_order_relaxed);
+    }
+  }
+  bool try_lock() noexcept {
+    std::uint32_t expected = free;
+    return state_.compare_exchange_strong(expected, held, std::memory_order_acquire, std::memory_order_relaxed);
+  }
+  void unlock() noexcept {
+    if (state_.exchange(free, std::memory_order_release) == contended) state_.notify_one();
+  }
+
+ private:
+  static constexpr std::uint32_t free = 0, held = 1, contended = 2;
+  static constexpr unsigned spin = 128;
+  std::atomic<std::uint32_t> state_{free};
 };
 
 // A posted receive (`peer` any_source, `tag` any_tag: wildcards) matches a
@@ -157,7 +210,7 @@ struct alignas(64) RankState {
   std::uint64_t seq = 0;
 
   // Point-to-point: sends addressed to this rank, and recvs it posted, not yet matched.
-  std::mutex mailbox;
+  MailboxLock mailbox;
   std::vector<PendingSend> sends;
   std::vector<PendingRecv> recvs;
   SendLedger ledger;  // the consistency check's hashes of this rank's sends (check on)
@@ -847,7 +900,8 @@ class Threads : public Communicator<Threads> {
       m.recvs.push_back({ptr, count * sizeof(T), call});
       return {};
     }
-    const detail::threads::PendingSend s = *it;
+    detail::threads::PendingSend s;
+    s.take(*it);
     m.sends.erase(it);
     lock.unlock();
     deliver(s, {ptr, count * sizeof(T), call}, rank_);
