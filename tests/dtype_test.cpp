@@ -134,6 +134,13 @@ TEST_CASE("ReduceOp names, parsing and visiting", "[reduce_op]") {
   CHECK(visit_op(static_cast<ReduceOp>(5), [](auto) { return 0; }, [] { return 7; }) == 7);
   STATIC_REQUIRE(decltype(polycoll::sum)::value == ReduceOp::Sum);
   STATIC_REQUIRE(decltype(polycoll::avg)::value == ReduceOp::Avg);
+  // The flat names are the op:: objects themselves (docs/design.md, "Names").
+  STATIC_REQUIRE(&polycoll::sum == &polycoll::op::sum);
+  STATIC_REQUIRE(&polycoll::prod == &polycoll::op::prod);
+  STATIC_REQUIRE(&polycoll::min == &polycoll::op::min);
+  STATIC_REQUIRE(&polycoll::max == &polycoll::op::max);
+  STATIC_REQUIRE(&polycoll::avg == &polycoll::op::avg);
+  STATIC_REQUIRE(decltype(polycoll::op::min)::value == ReduceOp::Min);
 }
 
 TEST_CASE("Errc names and fail()", "[error]") {

@@ -1,7 +1,8 @@
 #pragma once
 /// @file reduce_op.hpp
 /// Reduction operators: the run-time ReduceOp, compile-time op_tag, the
-/// `polycoll::sum` ... `polycoll::avg` constants, and the validity matrix.
+/// `polycoll::op::sum` ... `polycoll::op::avg` constants (also `polycoll::sum` ...),
+/// and the validity matrix.
 
 #include <array>
 #include <cstddef>
@@ -25,18 +26,35 @@ inline constexpr std::array<ReduceOp, reduce_op_count> all_reduce_ops = {ReduceO
                                                                         ReduceOp::Min, ReduceOp::Max,
                                                                         ReduceOp::Avg};
 
-/// Compile-time tag of a ReduceOp; pass `polycoll::sum` etc. to the typed API.
+/// Compile-time tag of a ReduceOp; pass `polycoll::op::sum` (or `polycoll::sum`) etc. to the typed API.
 template <ReduceOp Op>
 struct op_tag {
   /// The ReduceOp this tag stands for.
   static constexpr ReduceOp value = Op;
 };
 
+/// The op constants. `polycoll::op::min` is the canonical spelling: it
+/// cannot collide with `std::min`, whatever using-directives are in scope.
+namespace op {
 inline constexpr op_tag<ReduceOp::Sum> sum{};   ///< element-wise sum (logical or on bool)
 inline constexpr op_tag<ReduceOp::Prod> prod{}; ///< element-wise product (logical and on bool)
 inline constexpr op_tag<ReduceOp::Min> min{};   ///< element-wise minimum (logical and on bool)
 inline constexpr op_tag<ReduceOp::Max> max{};   ///< element-wise maximum (logical or on bool)
 inline constexpr op_tag<ReduceOp::Avg> avg{};   ///< element-wise mean over ranks (floating and complex)
+}  // namespace op
+
+// The flat names `polycoll::sum` ... `polycoll::avg`, the same objects as
+// op::sum ... op::avg. A TU with both `using namespace std;` and `using
+// namespace polycoll;` sees two `min`s and two `max`s, and an unqualified
+// `min(a, b)` there is ambiguous: defining POLYCOLL_NO_FLAT_OP_NAMES before
+// the first polycoll include leaves only the op:: names (docs/design.md).
+#if !defined(POLYCOLL_NO_FLAT_OP_NAMES)
+using op::sum;
+using op::prod;
+using op::min;
+using op::max;
+using op::avg;
+#endif
 
 /// True for op_tag<Op>.
 template <class T>
