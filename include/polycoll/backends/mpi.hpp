@@ -414,8 +414,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // Common entry checks: a live communicator, MPI not finalized, an int count.
   // live() is the hot-path test; enter() builds the error when it fails. With
   // enter() out of line, the consistency check's call behind its flag and the
-  // SubmitLock, a 1-rank call costs ~3.6 ns over MPI's own instead of ~12
-  // (docs/mpi.md, "Per-call cost").
+  // SubmitLock, a call adds a few nanoseconds to MPI's own (docs/mpi.md,
+  // "Per-call cost").
   bool live(std::size_t count) const noexcept {
     return state_ && !detail::mpi::process().finalized.load(std::memory_order_relaxed) &&
            count <= static_cast<std::size_t>(INT_MAX);
@@ -484,8 +484,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     // MPI progresses the collective only inside MPI_Test (no progress
     // thread), so it is called back to back, yielding now and then, for the
     // first millisecond; only a call still waiting after that (a late peer)
-    // sleeps 20 us between tests. Sleeping earlier made a 1 MiB all_reduce
-    // 4.9x slower than MPI_Allreduce (docs/reliability.md).
+    // sleeps 20 us between tests: sleeping from the start stalls MPI's
+    // progress on calls that would finish within it (docs/reliability.md).
     const auto start = detail::Clock::now();
     for (unsigned polls = 1;; ++polls) {
       int flag = 0;

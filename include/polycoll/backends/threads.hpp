@@ -251,7 +251,8 @@ struct World {
         spin(size <= std::max(1u, std::thread::hardware_concurrency()) ? 20000u : 200u),
         ranks(new RankState[size]),
         scratch(new std::byte[size * 2 * small_bytes]) {
-    // Touch the scratch once now: a first touch costs 11-15 us per page later.
+    // Touch the scratch once now, so that a collective never pays for a page's
+    // first touch (docs/backends.md, "Memory").
     std::memset(scratch.get(), 0, size * 2 * small_bytes);
     for (std::size_t r = 0; r < size; ++r) {
       ranks[r].sends.reserve(16);

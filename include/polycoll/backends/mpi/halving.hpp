@@ -14,12 +14,10 @@
 ///   bit-identical results (NaN payloads included). MPI's own allreduce moves
 ///   the same bytes at 2 ranks (recursive doubling) with more work per call
 ///   (Open MPI 4.1's profile shows a malloc and free of a temporary buffer in
-///   every call). Measured at 2 ranks on an idle machine (docs/mpi.md,
-///   "The 2-rank exchange"): 0.81-0.90 of MPI_Allreduce (f32 sum) at 8 B-2 KiB
-///   on Open MPI and 0.33-0.77 at 8 B-8 KiB on MPICH, against 0.97-1.0 and
-///   0.49-0.84 for MPI_Allreduce with the same user op. Beyond
-///   Open MPI's shared-memory eager limit (4 KiB) the rendezvous makes it 2x
-///   slower, hence its lower threshold there.
+///   every call), so the exchange is faster than MPI_Allreduce with the same
+///   user op on both MPIs (docs/mpi.md, "The 2-rank exchange", has the
+///   figures). Beyond Open MPI's shared-memory eager limit (4 KiB) the
+///   rendezvous protocol makes it slower, hence its lower threshold there.
 /// - The halving, for large messages on MPICH (from halving_from_bytes). With
 ///   a user MPI_Op, MPICH 4.0 always runs recursive doubling (its
 ///   reduce-scatter + allgather algorithm is reserved for predefined ops), so
@@ -27,12 +25,11 @@
 ///   elements. Exchanging halves instead, each rank reducing its own half with
 ///   polycoll's unit and the reduced halves exchanged back, moves the same
 ///   bytes per rank (n), does half the reduction work, and costs one more
-///   message round. Measured at 2 ranks on an idle machine (docs/mpi.md, "Idle
-///   machine, 2026-12-03"): bf16 at 1 MiB 0.49-0.55 and at 16 MiB 0.41-0.56 of
-///   the f32 MPI_Allreduce, against 0.54-0.70 for MPI_Allreduce with the same
-///   op in the same rounds; f32 under kernel_ops 0.94 at 16 MiB instead of
-///   1.18. Open MPI 4.1 already splits the work of a commutative user op at
-///   these sizes: the halving gains nothing there and is not used.
+///   message round, so it pays where the reduction work outweighs a round's
+///   latency: large messages (docs/mpi.md, "Idle machine: the halving
+///   adopted" has the figures). Open MPI 4.1 already splits the work of a
+///   commutative user op at these sizes: the halving gains nothing there and
+///   is not used.
 ///
 /// Both run on the communicator's own dup (CommState::pair_comm), so their
 /// point-to-point messages never match the user's send/recv.
@@ -66,9 +63,10 @@ inline constexpr bool halving_mpi = false;
 
 /// Bytes of the whole buffer up to which 2-rank reductions through polycoll's
 /// unit take the exchange (0: never). Open MPI: below its shared-memory eager
-/// limit (4 KiB, where the exchange turned 2x slower) with margin; MPICH: up to
-/// 8 KiB, where it was 0.54-0.77 of MPI_Allreduce (from 9 to 16 KiB MPICH's
-/// predefined op is faster than any user-op path: predefined_at_2).
+/// limit (4 KiB, where the rendezvous makes the exchange slower), with margin;
+/// MPICH: up to 8 KiB, where the exchange is still faster than MPI_Allreduce
+/// (from 9 to 16 KiB MPICH's predefined op is faster than any user-op path:
+/// predefined_at_2). docs/mpi.md, "The 2-rank exchange", has the figures.
 #if defined(MPICH_VERSION)
 inline constexpr std::size_t exchange_to_bytes = 8 * 1024;
 #elif defined(OMPI_MAJOR_VERSION)
@@ -81,8 +79,9 @@ static_assert(exchange_to_bytes < halving_from_bytes);
 /// True where, at 2 ranks, MPI's predefined op beats every path through
 /// polycoll's unit for a native dtype, so mpi::adaptive_ops takes it below
 /// its threshold too. MPICH 4.0 from just above 8 KiB to 16 KiB: there its
-/// MPI_Allreduce with a predefined op ran 1.4-1.8x faster than with a user op
-/// or the exchange (at 8 KiB and from 17 KiB the user op is faster).
+/// MPI_Allreduce with a predefined op is faster than with a user op or the
+/// exchange; at 8 KiB and from 17 KiB the user op is faster (docs/mpi.md,
+/// "The 2-rank exchange").
 constexpr bool predefined_at_2([[maybe_unused]] std::size_t bytes) noexcept {
 #if defined(MPICH_VERSION)
   return bytes > exchange_to_bytes && bytes <= 16 * 1024;

@@ -44,12 +44,11 @@ inline void back_off(unsigned& idle) noexcept {
 /// for std::unique_lock). Taken with one atomic exchange and released with a
 /// plain release store: unlike std::mutex, whose unlock is a locked
 /// read-modify-write, nothing after the MPI call waits for the store buffer,
-/// which still holds MPI's writes to the peer's shared-memory queue (measured
-/// at 2 ranks on Open MPI: std::mutex added 16-47 ns to an 8 B all_reduce of
-/// ~250-480 ns, this lock nothing measurable; docs/mpi.md, "Per-call cost").
-/// Nobody is woken: a waiter polls with back_off, so under contention it
-/// takes the lock within ~20 us of its release, which is short next to the
-/// MPI call the holder is making.
+/// which still holds MPI's writes to the peer's shared-memory queue, so the
+/// lock adds nothing measurable to a small call where std::mutex added a
+/// tenth (docs/mpi.md, "Per-call cost"). Nobody is woken: a waiter polls with
+/// back_off, so under contention it takes the lock up to one back-off sleep
+/// after its release, which is short next to the MPI call the holder makes.
 class SubmitLock {
  public:
   void lock() noexcept {
@@ -152,8 +151,8 @@ inline std::uint32_t bf16_round_high(std::uint32_t x) noexcept {
 // same float add and round-to-nearest-even per element) but two elements per
 // 32-bit word: the high one is `w & 0xFFFF0000`, the low one `w << 16`, so
 // the vectorised loop needs no 16 <-> 32-bit unpack and pack, which cost most
-// of the time without SSE4.1/AVX2. Measured 1.7-1.85x the generic unit at
-// -O3 on x86-64 baseline (docs/mpi.md). Unaligned pointers are fine (memcpy).
+// of the time without SSE4.1/AVX2 (docs/mpi.md, "Data types and reductions",
+// has the figures). Unaligned pointers are fine (memcpy).
 inline void bf16_sum_packed(std::byte* io, const std::byte* in, std::size_t n) noexcept {
   const std::size_t pairs = n / 2;
   for (std::size_t i = 0; i < pairs; ++i) {
@@ -194,9 +193,9 @@ inline void reduce_body(void* in, void* inout, std::size_t n) noexcept {
 // Run-time AVX2 dispatch, for x86-64 builds that do not already target AVX2
 // (polycoll builds without -march, so a Debian-style build is SSE2 only). The
 // user op is the reduction MPI runs on every rank, and the narrow formats are
-// compute-bound there: measured in isolation on the 256 KiB-per-operand working
-// set, AVX2 runs the packed bf16 sum 2.2x faster (0.15 vs 0.34 ns/element) and
-// the f16 sum 10x (1.3 vs 13 ns), f32 about the same (L2-bound). Bit-exact: the
+// compute-bound there, so AVX2 speeds the narrow sums up several times while
+// f32 stays memory-bound (docs/mpi.md, "Data types and reductions", measured
+// with benchmarks/mpi_user_ops.cpp). Bit-exact: the
 // unit is integer code plus IEEE float add/mul/compare, which AVX2 computes
 // identically, and target("avx2") enables no FMA, so nothing is contracted.
 // flatten inlines the whole unit into the AVX2 clone (an out-of-line helper

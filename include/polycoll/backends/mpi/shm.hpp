@@ -64,14 +64,15 @@ namespace polycoll::detail::mpi {
 /// Bytes of the whole buffer up to which 2-rank all_reduce on one node takes
 /// the shared-memory window. Each rank's segment holds two buffer sets, so it
 /// grows to 2x the largest message, 8 MiB at most. Above 4 MiB the f32 path
-/// fell behind MPI's own (Open MPI: 1.06 at 16 MiB), and bf16 through MPI's
-/// allreduce with polycoll's op already meets its figure there.
+/// falls behind MPI's own, and bf16 through MPI's allreduce with polycoll's
+/// op already meets its figure there (docs/mpi.md, "The shared-memory window").
 inline constexpr std::size_t shm_to_bytes = 4 * 1024 * 1024;
 
 /// Bytes up to which the window path reduces the whole buffer on both ranks
 /// in one phase; above, each rank reduces half and a second phase copies the
-/// halves across (faster from 64 KiB: 0.29-0.30 against 0.36-0.44 of the f32
-/// MPI_Allreduce for bf16, on both MPIs).
+/// halves across: half the reduction work per rank for one more line
+/// crossing, which pays from 64 KiB on both MPIs (docs/mpi.md, "The
+/// shared-memory window").
 inline constexpr std::size_t shm_one_phase_to_bytes = 16 * 1024;
 
 /// Bytes up to which the operand travels inside the cache line that carries
