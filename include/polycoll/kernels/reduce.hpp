@@ -70,8 +70,9 @@ namespace detail {
 
 /// Bytes of the output block that combine_n keeps in L1 while it folds more
 /// sources than one loop fuses (2048 f32): small enough to stay resident next
-/// to the streaming inputs (L1d is 32-48 KiB on current x86 and Arm cores); in
-/// a k = 8 f32 sum on 16 MiB arrays 8 KiB measured ~10% faster than 4 or 16 KiB.
+/// to the streaming inputs (L1d is 32-48 KiB on current x86 and Arm cores),
+/// large enough that the per-block loop overhead vanishes; 8 KiB was the
+/// fastest of 4, 8 and 16 KiB (docs/benchmarks.md, "Fewer kernel variants").
 inline constexpr std::size_t fold_block_bytes = 8192;
 
 /// Sources one combine_n loop reads at once. Four inputs plus the output are
@@ -344,8 +345,8 @@ void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::siz
   // The first and middle passes always fuse 4 sources, so they name that one
   // fold_pass instead of a run_pass over every count (for Avg pairs 6 loops
   // fewer per pair). One binary loop per source (combine's) would instantiate
-  // fewer still, but measured 30-60% slower (docs/benchmarks.md, "Fewer
-  // kernel variants").
+  // fewer still, but is slower: it reads and writes dst once per source
+  // (docs/benchmarks.md, "Fewer kernel variants", has the figures).
   constexpr std::size_t block = fold_block_bytes / sizeof(lane);
   constexpr auto four = std::make_index_sequence<fuse>{};
   bool late_alias = false;

@@ -64,11 +64,10 @@ struct kernel_ops {
 /// small messages, and on MPICH from 256 KiB the halving), which reduces with
 /// polycoll's unit; and a 2-rank all_reduce takes MPI's predefined op where
 /// it measured faster than every path through polycoll's unit (MPICH, just
-/// above 8 KiB to 16 KiB: detail::mpi::predefined_at_2). Measured on MPICH
-/// 4.0 with 2 ranks on an idle machine (docs/mpi.md): the user op was faster
-/// at 8 B and 64 KiB; at 1 MiB and 16 MiB MPICH's user-op path costs up to 22%
-/// more than its predefined op, and the halving exchange is as fast or faster
-/// than both.
+/// above 8 KiB to 16 KiB: detail::mpi::predefined_at_2). The reason: on
+/// MPICH the user op wins for small messages and the halving exchange for
+/// large ones, while MPICH's own user-op path for large messages is slower
+/// than its predefined op (docs/mpi.md, "Policies", has the figures).
 struct adaptive_ops {
   /// Not for every size: see kernel_below_bytes.
   static constexpr bool kernel_for_native = false;

@@ -9,9 +9,7 @@
 /// out of it with polycoll's unit. No message goes through MPI's point-to-point
 /// layer, whose rendezvous (Open MPI: CMA single copy, a system call per
 /// message; MPICH: copy in and copy out of its queues) cost more than the
-/// bytes. Measured at 2 ranks on an idle 2-core machine (docs/mpi.md, "The
-/// shared-memory window"): f32 sum 0.2-0.7 of MPI_Allreduce from 2 KiB to
-/// 4 MiB on MPICH 4.0 and Open MPI 4.1, bf16 sum 0.2-0.5 of the f32 call.
+/// bytes (docs/mpi.md, "The shared-memory window", has the figures).
 ///
 /// Two algorithms over the same segments, by size:
 /// - one phase (up to shm_one_phase_to_bytes): each rank copies its whole
