@@ -394,7 +394,7 @@ class Communicator {
   [[nodiscard]] Status all_reduce(S&& send, R&& recv, op_tag<Op> op) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("all_reduce");
+    check_pair<detail::Call::all_reduce, TS, TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
     static_assert(is_valid_v<D, Op>,
@@ -413,7 +413,7 @@ class Communicator {
   [[nodiscard]] Status all_reduce(S&& send, R&& recv, ReduceOp op) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("all_reduce");
+    check_pair<detail::Call::all_reduce, TS, TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
     return all_reduce_typed(std::span<const TS>(send), std::span<TR>(recv), op,
@@ -637,7 +637,7 @@ class Communicator {
   [[nodiscard]] Status reduce(S&& send, R&& recv, op_tag<Op> op, std::size_t root) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("reduce");
+    check_pair<detail::Call::reduce, TS, TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
     static_assert(is_valid_v<D, Op>,
@@ -656,7 +656,7 @@ class Communicator {
   [[nodiscard]] Status reduce(S&& send, R&& recv, ReduceOp op, std::size_t root) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("reduce");
+    check_pair<detail::Call::reduce, TS, TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
     return reduce_typed(std::span<const TS>(send), std::span<TR>(recv), op, root,
@@ -670,7 +670,7 @@ class Communicator {
   [[nodiscard]] Status gather(S&& send, R&& recv, std::size_t root) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("gather");
+    check_pair<detail::Call::gather, TS, TR>();
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
@@ -690,7 +690,7 @@ class Communicator {
   [[nodiscard]] Status scatter(S&& send, R&& recv, std::size_t root) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("scatter");
+    check_pair<detail::Call::scatter, TS, TR>();
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
@@ -710,7 +710,7 @@ class Communicator {
   [[nodiscard]] Status all_to_all(S&& send, R&& recv) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("all_to_all");
+    check_pair<detail::Call::all_to_all, TS, TR>();
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
@@ -736,7 +736,7 @@ class Communicator {
                                     std::span<const std::size_t> displs = {}) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("all_gather_v");
+    check_pair<detail::Call::all_gather_v, TS, TR>();
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
@@ -769,7 +769,7 @@ class Communicator {
                                     std::span<const std::size_t> recv_displs) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("all_to_all_v");
+    check_pair<detail::Call::all_to_all_v, TS, TR>();
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
@@ -793,7 +793,7 @@ class Communicator {
   [[nodiscard]] Status send_recv(S&& send, std::size_t dest, R&& recv, std::size_t src, std::uint32_t tag) {
     using TS = detail::range_value_t<S>;
     using TR = detail::range_element_t<R>;
-    check_pair<TS, TR>("send_recv");
+    check_pair<detail::Call::send_recv, TS, TR>();
     check_movable<TR>();
     constexpr DType D = dtype_of_v<TR>;
     const detail::AliasFence<TR> fence;
@@ -949,9 +949,12 @@ class Communicator {
     return reject(Errc::invalid_argument, c, detail::cat(what, " is null with count > 0"));
   }
 
-  // Send and recv element types of a typed call agree, and recv is writable.
-  template <class TS, class TR>
-  static constexpr void check_pair(const char*) {
+  // Send and recv element types of typed call C agree, and recv is writable.
+  // C is a template argument so that the diagnostic names the call: a
+  // static_assert's message must be a literal, but g++ and clang print the
+  // instantiation (check_pair<polycoll::detail::Call::reduce, ...>) with it.
+  template <detail::Call C, class TS, class TR>
+  static constexpr void check_pair() {
     static_assert(std::is_same_v<TS, std::remove_const_t<TR>>,
                   "polycoll::Communicator: send and recv element types differ");
     static_assert(!std::is_const_v<TR>, "polycoll::Communicator: recv is written; pass a mutable span");
