@@ -56,6 +56,34 @@ void for_each_op(F&& f) {
   }(std::make_index_sequence<reduce_op_count>{});
 }
 
+// The loops every test case runs inside each_world: `f.template
+// operator()<D, T>()` (f written `[&]<DType D, class T>() {...}`) for each
+// dtype the backend supports, and `f<D, Op, T>` for each (dtype, op) pair it
+// supports (each_pair) or that is valid at all (each_valid_pair: the backend
+// must reject the ones it does not support).
+template <class F>
+void each_dtype(F&& f) {
+  for_each_dtype([&]<DType D>(dtype_tag<D>) {
+    if constexpr (supports_dtype_v<B, D>) f.template operator()<D, typename dtype_tag<D>::type>();
+  });
+}
+
+template <class F>
+void each_valid_pair(F&& f) {
+  for_each_dtype([&]<DType D>(dtype_tag<D>) {
+    for_each_op([&]<ReduceOp Op>(op_tag<Op>) {
+      if constexpr (is_valid_v<D, Op>) f.template operator()<D, Op, typename dtype_tag<D>::type>();
+    });
+  });
+}
+
+template <class F>
+void each_pair(F&& f) {
+  each_valid_pair([&]<DType D, ReduceOp Op, class T>() {
+    if constexpr (supports_reduction_v<B, D, Op>) f.template operator()<D, Op, T>();
+  });
+}
+
 std::size_t mix(std::size_t r, std::size_t i) { return i * 131 + r * 17; }
 
 // Element i of rank r's contribution to a reduction with `op` in a world of w.
@@ -213,31 +241,24 @@ void expect_error(Report& rep, std::size_t w, const R& s, Errc code, const std::
 TEST_CASE("all_reduce: every dtype, every valid op, every count", "[conformance][all_reduce]" POLYCOLL_TAG) {
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      for_each_op([&](auto o) {
-        constexpr ReduceOp Op = decltype(o)::value;
-        if constexpr (is_valid_v<D, Op>) {
-          std::vector<std::size_t> ns(std::begin(counts), std::end(counts));
-          if (D == DType::F32 && Op == ReduceOp::Sum) ns.push_back(Fx::large_count);
-          for (std::size_t n : ns) {
-            Array<T> host(n);
-            for (std::size_t i = 0; i < n; ++i) host[i] = input<T>(Op, w, r, i);
-            Buf<T> buf(n);
-            buf.write(host);
-            const auto what = ctx("all_reduce", D, n, ", op=" + std::string(name(Op)));
-            const Status s = comm.all_reduce(buf.address(), n, D, Op);
-            if constexpr (supports_reduction_v<B, D, Op>) {
-              rep.expect_ok(s, what);
-              rep.expect_ok(comm.sync(), what + " sync");
-              check_reduced(rep, buf.read(), Op, w, 0, what);
-            } else {
-              rep.expect(!s && s.error().code == Errc::unsupported, what + " must be unsupported");
-            }
-          }
+    each_valid_pair([&]<DType D, ReduceOp Op, class T>() {
+      std::vector<std::size_t> ns(std::begin(counts), std::end(counts));
+      if (D == DType::F32 && Op == ReduceOp::Sum) ns.push_back(Fx::large_count);
+      for (std::size_t n : ns) {
+        Array<T> host(n);
+        for (std::size_t i = 0; i < n; ++i) host[i] = input<T>(Op, w, r, i);
+        Buf<T> buf(n);
+        buf.write(host);
+        const auto what = ctx("all_reduce", D, n, ", op=" + std::string(name(Op)));
+        const Status s = comm.all_reduce(buf.address(), n, D, Op);
+        if constexpr (supports_reduction_v<B, D, Op>) {
+          rep.expect_ok(s, what);
+          rep.expect_ok(comm.sync(), what + " sync");
+          check_reduced(rep, buf.read(), Op, w, 0, what);
+        } else {
+          rep.expect(!s && s.error().code == Errc::unsupported, what + " must be unsupported");
         }
-      });
+      }
     });
   });
 }
@@ -245,35 +266,28 @@ TEST_CASE("all_reduce: every dtype, every valid op, every count", "[conformance]
 TEST_CASE("reduce_scatter: separate and in-place buffers", "[conformance][reduce_scatter]" POLYCOLL_TAG) {
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      for_each_op([&](auto o) {
-        constexpr ReduceOp Op = decltype(o)::value;
-        if constexpr (supports_reduction_v<B, D, Op>) {
-          for (std::size_t n : counts) {
-            for (bool in_place : {false, true}) {
-              Array<T> host(n * w);
-              for (std::size_t i = 0; i < n * w; ++i) host[i] = input<T>(Op, w, r, i);
-              Buf<T> send(n * w);
-              Buf<T> recv(n);
-              send.write(host);
-              const std::uint64_t out = in_place ? send.address() + r * n * sizeof(T) : recv.address();
-              const auto what = ctx("reduce_scatter", D, n,
-                                    ", op=" + std::string(name(Op)) + (in_place ? ", in place" : ""));
-              rep.expect_ok(comm.reduce_scatter(send.address(), out, n, D, Op), what);
-              rep.expect_ok(comm.sync(), what + " sync");
-              Array<T> got = in_place ? send.read() : recv.read();
-              if (in_place) {
-                Array<T> block(n);
-                for (std::size_t i = 0; i < n; ++i) block[i] = got[r * n + i];
-                got = block;
-              }
-              check_reduced(rep, got, Op, w, r * n, what);
-            }
+    each_pair([&]<DType D, ReduceOp Op, class T>() {
+      for (std::size_t n : counts) {
+        for (bool in_place : {false, true}) {
+          Array<T> host(n * w);
+          for (std::size_t i = 0; i < n * w; ++i) host[i] = input<T>(Op, w, r, i);
+          Buf<T> send(n * w);
+          Buf<T> recv(n);
+          send.write(host);
+          const std::uint64_t out = in_place ? send.address() + r * n * sizeof(T) : recv.address();
+          const auto what = ctx("reduce_scatter", D, n,
+                                ", op=" + std::string(name(Op)) + (in_place ? ", in place" : ""));
+          rep.expect_ok(comm.reduce_scatter(send.address(), out, n, D, Op), what);
+          rep.expect_ok(comm.sync(), what + " sync");
+          Array<T> got = in_place ? send.read() : recv.read();
+          if (in_place) {
+            Array<T> block(n);
+            for (std::size_t i = 0; i < n; ++i) block[i] = got[r * n + i];
+            got = block;
           }
+          check_reduced(rep, got, Op, w, r * n, what);
         }
-      });
+      }
     });
   });
 }
@@ -325,19 +339,15 @@ TEST_CASE("reduce_scatter in place changes only the rank's own block", "[conform
 TEST_CASE("broadcast: every dtype from every root", "[conformance][broadcast]" POLYCOLL_TAG) {
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      if constexpr (supports_dtype_v<B, D>) {
-        for (std::size_t n : counts) {
-          for (std::size_t root = 0; root < w; ++root) {
-            Buf<T> buf(n);
-            buf.write(movement_block<T>(r, n));
-            const auto what = ctx("broadcast", D, n, ", root=" + std::to_string(root));
-            rep.expect_ok(comm.broadcast(buf.address(), n, D, root), what);
-            rep.expect_ok(comm.sync(), what + " sync");
-            rep.expect_equal(buf.read(), movement_block<T>(root, n), what);
-          }
+    each_dtype([&]<DType D, class T>() {
+      for (std::size_t n : counts) {
+        for (std::size_t root = 0; root < w; ++root) {
+          Buf<T> buf(n);
+          buf.write(movement_block<T>(r, n));
+          const auto what = ctx("broadcast", D, n, ", root=" + std::to_string(root));
+          rep.expect_ok(comm.broadcast(buf.address(), n, D, root), what);
+          rep.expect_ok(comm.sync(), what + " sync");
+          rep.expect_equal(buf.read(), movement_block<T>(root, n), what);
         }
       }
     });
@@ -347,30 +357,26 @@ TEST_CASE("broadcast: every dtype from every root", "[conformance][broadcast]" P
 TEST_CASE("all_gather: separate and in-place buffers", "[conformance][all_gather]" POLYCOLL_TAG) {
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      if constexpr (supports_dtype_v<B, D>) {
-        for (std::size_t n : counts) {
-          Array<T> want(n * w);
-          for (std::size_t q = 0; q < w; ++q)
-            for (std::size_t i = 0; i < n; ++i) want[q * n + i] = movement_value<T>(q, i);
-          for (bool in_place : {false, true}) {
-            Buf<T> send(n);
-            Buf<T> recv(n * w);
-            send.write(movement_block<T>(r, n));
-            std::uint64_t in = send.address();
-            if (in_place) {
-              Array<T> seeded(n * w);
-              for (std::size_t i = 0; i < n; ++i) seeded[r * n + i] = movement_value<T>(r, i);
-              recv.write(seeded);
-              in = recv.address() + r * n * sizeof(T);
-            }
-            const auto what = ctx("all_gather", D, n, in_place ? ", in place" : "");
-            rep.expect_ok(comm.all_gather(in, recv.address(), n, D), what);
-            rep.expect_ok(comm.sync(), what + " sync");
-            rep.expect_equal(recv.read(), want, what);
+    each_dtype([&]<DType D, class T>() {
+      for (std::size_t n : counts) {
+        Array<T> want(n * w);
+        for (std::size_t q = 0; q < w; ++q)
+          for (std::size_t i = 0; i < n; ++i) want[q * n + i] = movement_value<T>(q, i);
+        for (bool in_place : {false, true}) {
+          Buf<T> send(n);
+          Buf<T> recv(n * w);
+          send.write(movement_block<T>(r, n));
+          std::uint64_t in = send.address();
+          if (in_place) {
+            Array<T> seeded(n * w);
+            for (std::size_t i = 0; i < n; ++i) seeded[r * n + i] = movement_value<T>(r, i);
+            recv.write(seeded);
+            in = recv.address() + r * n * sizeof(T);
           }
+          const auto what = ctx("all_gather", D, n, in_place ? ", in place" : "");
+          rep.expect_ok(comm.all_gather(in, recv.address(), n, D), what);
+          rep.expect_ok(comm.sync(), what + " sync");
+          rep.expect_equal(recv.read(), want, what);
         }
       }
     });
@@ -381,19 +387,15 @@ TEST_CASE("send/recv: ring, exchange pattern at 1 MiB, out-of-order tags", "[con
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();
     const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      if constexpr (supports_dtype_v<B, D>) {
-        for (std::size_t n : counts) {
-          Buf<T> out(n), in(n);
-          out.write(movement_block<T>(r, n));
-          const auto what = ctx("ring send/recv", D, n);
-          rep.expect_ok(comm.send(out.address(), n, D, next, 7), what + " send");
-          rep.expect_ok(comm.recv(in.address(), n, D, prev, 7), what + " recv");
-          rep.expect_ok(comm.sync(), what + " sync");
-          rep.expect_equal(in.read(), movement_block<T>(prev, n), what);
-        }
+    each_dtype([&]<DType D, class T>() {
+      for (std::size_t n : counts) {
+        Buf<T> out(n), in(n);
+        out.write(movement_block<T>(r, n));
+        const auto what = ctx("ring send/recv", D, n);
+        rep.expect_ok(comm.send(out.address(), n, D, next, 7), what + " send");
+        rep.expect_ok(comm.recv(in.address(), n, D, prev, 7), what + " recv");
+        rep.expect_ok(comm.sync(), what + " sync");
+        rep.expect_equal(in.read(), movement_block<T>(prev, n), what);
       }
     });
     // Exchange: both partners send first, then both receive, then sync. Must

@@ -38,30 +38,23 @@ std::vector<std::size_t> reversed_displs(const std::vector<std::size_t>& counts,
 TEST_CASE("reduce: every dtype, every valid op, every root, in place", "[conformance][reduce]" POLYCOLL_TAG) {
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      for_each_op([&](auto o) {
-        constexpr ReduceOp Op = decltype(o)::value;
-        if constexpr (supports_reduction_v<B, D, Op>) {
-          for (std::size_t n : rooted_counts) {
-            for (std::size_t root = 0; root < w; ++root) {
-              const bool in_place = n == 7 && root % 2 == 0;
-              Array<T> host(n);
-              for (std::size_t i = 0; i < n; ++i) host[i] = input<T>(Op, w, r, i);
-              Buf<T> send(n), recv(r == root ? n : 0);
-              send.write(host);
-              const std::uint64_t out = r != root ? 0 : in_place ? send.address() : recv.address();
-              const auto what = ctx("reduce", D, n,
-                                    ", op=" + std::string(name(Op)) + ", root=" + std::to_string(root) +
-                                        (in_place ? ", in place" : ""));
-              rep.expect_ok(comm.reduce(send.address(), out, n, D, Op, root), what);
-              rep.expect_ok(comm.sync(), what + " sync");
-              if (r == root) check_reduced(rep, in_place ? send.read() : recv.read(), Op, w, 0, what);
-            }
-          }
+    each_pair([&]<DType D, ReduceOp Op, class T>() {
+      for (std::size_t n : rooted_counts) {
+        for (std::size_t root = 0; root < w; ++root) {
+          const bool in_place = n == 7 && root % 2 == 0;
+          Array<T> host(n);
+          for (std::size_t i = 0; i < n; ++i) host[i] = input<T>(Op, w, r, i);
+          Buf<T> send(n), recv(r == root ? n : 0);
+          send.write(host);
+          const std::uint64_t out = r != root ? 0 : in_place ? send.address() : recv.address();
+          const auto what = ctx("reduce", D, n,
+                                ", op=" + std::string(name(Op)) + ", root=" + std::to_string(root) +
+                                    (in_place ? ", in place" : ""));
+          rep.expect_ok(comm.reduce(send.address(), out, n, D, Op, root), what);
+          rep.expect_ok(comm.sync(), what + " sync");
+          if (r == root) check_reduced(rep, in_place ? send.read() : recv.read(), Op, w, 0, what);
         }
-      });
+      }
     });
   });
 }
@@ -69,55 +62,51 @@ TEST_CASE("reduce: every dtype, every valid op, every root, in place", "[conform
 TEST_CASE("gather and scatter: every dtype, every root, in place", "[conformance][gather][scatter]" POLYCOLL_TAG) {
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      if constexpr (supports_dtype_v<B, D>) {
-        for (std::size_t n : rooted_counts) {
-          for (std::size_t root = 0; root < w; ++root) {
-            const bool in_place = root % 2 == 1 || w == 1;
-            // gather: rank q's block q of the root's recv.
-            {
-              Array<T> want(n * w);
+    each_dtype([&]<DType D, class T>() {
+      for (std::size_t n : rooted_counts) {
+        for (std::size_t root = 0; root < w; ++root) {
+          const bool in_place = root % 2 == 1 || w == 1;
+          // gather: rank q's block q of the root's recv.
+          {
+            Array<T> want(n * w);
+            for (std::size_t q = 0; q < w; ++q)
+              for (std::size_t i = 0; i < n; ++i) want[q * n + i] = movement_value<T>(q, i);
+            Buf<T> send(n), recv(r == root ? n * w : 0);
+            send.write(movement_block<T>(r, n));
+            std::uint64_t in = send.address();
+            if (r == root && in_place) {
+              Array<T> seeded(n * w);
+              for (std::size_t i = 0; i < n; ++i) seeded[r * n + i] = movement_value<T>(r, i);
+              recv.write(seeded);
+              in = recv.address() + r * n * sizeof(T);
+            }
+            const auto what = ctx("gather", D, n, ", root=" + std::to_string(root) + (in_place ? ", in place" : ""));
+            rep.expect_ok(comm.gather(in, recv.address(), n, D, root), what);
+            rep.expect_ok(comm.sync(), what + " sync");
+            if (r == root) rep.expect_equal(recv.read(), want, what);
+          }
+          // scatter: the root's block q to rank q.
+          {
+            Buf<T> send(r == root ? n * w : 0), recv(n);
+            if (r == root) {
+              Array<T> all(n * w);
               for (std::size_t q = 0; q < w; ++q)
-                for (std::size_t i = 0; i < n; ++i) want[q * n + i] = movement_value<T>(q, i);
-              Buf<T> send(n), recv(r == root ? n * w : 0);
-              send.write(movement_block<T>(r, n));
-              std::uint64_t in = send.address();
-              if (r == root && in_place) {
-                Array<T> seeded(n * w);
-                for (std::size_t i = 0; i < n; ++i) seeded[r * n + i] = movement_value<T>(r, i);
-                recv.write(seeded);
-                in = recv.address() + r * n * sizeof(T);
-              }
-              const auto what = ctx("gather", D, n, ", root=" + std::to_string(root) + (in_place ? ", in place" : ""));
-              rep.expect_ok(comm.gather(in, recv.address(), n, D, root), what);
-              rep.expect_ok(comm.sync(), what + " sync");
-              if (r == root) rep.expect_equal(recv.read(), want, what);
+                for (std::size_t i = 0; i < n; ++i) all[q * n + i] = pair_value<T>(root, q, w, i);
+              send.write(all);
             }
-            // scatter: the root's block q to rank q.
-            {
-              Buf<T> send(r == root ? n * w : 0), recv(n);
-              if (r == root) {
-                Array<T> all(n * w);
-                for (std::size_t q = 0; q < w; ++q)
-                  for (std::size_t i = 0; i < n; ++i) all[q * n + i] = pair_value<T>(root, q, w, i);
-                send.write(all);
-              }
-              const std::uint64_t out =
-                  r == root && in_place ? send.address() + r * n * sizeof(T) : recv.address();
-              const auto what = ctx("scatter", D, n, ", root=" + std::to_string(root) + (in_place ? ", in place" : ""));
-              rep.expect_ok(comm.scatter(send.address(), out, n, D, root), what);
-              rep.expect_ok(comm.sync(), what + " sync");
-              Array<T> got = recv.read();
-              if (r == root && in_place) {
-                const Array<T> all = send.read();
-                for (std::size_t i = 0; i < n; ++i) got[i] = all[r * n + i];
-              }
-              Array<T> want(n);
-              for (std::size_t i = 0; i < n; ++i) want[i] = pair_value<T>(root, r, w, i);
-              rep.expect_equal(got, want, what);
+            const std::uint64_t out =
+                r == root && in_place ? send.address() + r * n * sizeof(T) : recv.address();
+            const auto what = ctx("scatter", D, n, ", root=" + std::to_string(root) + (in_place ? ", in place" : ""));
+            rep.expect_ok(comm.scatter(send.address(), out, n, D, root), what);
+            rep.expect_ok(comm.sync(), what + " sync");
+            Array<T> got = recv.read();
+            if (r == root && in_place) {
+              const Array<T> all = send.read();
+              for (std::size_t i = 0; i < n; ++i) got[i] = all[r * n + i];
             }
+            Array<T> want(n);
+            for (std::size_t i = 0; i < n; ++i) want[i] = pair_value<T>(root, r, w, i);
+            rep.expect_equal(got, want, what);
           }
         }
       }
@@ -128,25 +117,21 @@ TEST_CASE("gather and scatter: every dtype, every root, in place", "[conformance
 TEST_CASE("all_to_all: every dtype, every count", "[conformance][all_to_all]" POLYCOLL_TAG) {
   each_world([](B& comm, Report& rep) {
     const std::size_t w = comm.world_size(), r = comm.rank();
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      if constexpr (supports_dtype_v<B, D>) {
-        for (std::size_t n : counts) {
-          Array<T> mine(n * w), want(n * w);
-          for (std::size_t q = 0; q < w; ++q) {
-            for (std::size_t i = 0; i < n; ++i) {
-              mine[q * n + i] = pair_value<T>(r, q, w, i);
-              want[q * n + i] = pair_value<T>(q, r, w, i);
-            }
+    each_dtype([&]<DType D, class T>() {
+      for (std::size_t n : counts) {
+        Array<T> mine(n * w), want(n * w);
+        for (std::size_t q = 0; q < w; ++q) {
+          for (std::size_t i = 0; i < n; ++i) {
+            mine[q * n + i] = pair_value<T>(r, q, w, i);
+            want[q * n + i] = pair_value<T>(q, r, w, i);
           }
-          Buf<T> send(n * w), recv(n * w);
-          send.write(mine);
-          const auto what = ctx("all_to_all", D, n);
-          rep.expect_ok(comm.all_to_all(send.address(), recv.address(), n, D), what);
-          rep.expect_ok(comm.sync(), what + " sync");
-          rep.expect_equal(recv.read(), want, what);
         }
+        Buf<T> send(n * w), recv(n * w);
+        send.write(mine);
+        const auto what = ctx("all_to_all", D, n);
+        rep.expect_ok(comm.all_to_all(send.address(), recv.address(), n, D), what);
+        rep.expect_ok(comm.sync(), what + " sync");
+        rep.expect_equal(recv.read(), want, what);
       }
     });
   });
@@ -158,40 +143,36 @@ TEST_CASE("all_gather_v: zero counts, packed and reversed displacements, in plac
     const std::size_t w = comm.world_size(), r = comm.rank();
     std::vector<std::size_t> cnt(w);
     for (std::size_t q = 0; q < w; ++q) cnt[q] = gather_v_count(q);
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      if constexpr (supports_dtype_v<B, D>) {
-        for (int layout = 0; layout < 3; ++layout) {  // packed, reversed with gaps, packed in place
-          std::size_t extent = 0;
-          std::vector<std::size_t> displs;
-          if (layout == 1) {
-            displs = reversed_displs(cnt, extent);
-          } else {
-            for (std::size_t q = 0; q < w; ++q) extent += cnt[q];
-          }
-          std::vector<std::size_t> at(w);
-          for (std::size_t q = 0, run = 0; q < w; ++q) {
-            at[q] = displs.empty() ? run : displs[q];
-            run += cnt[q];
-          }
-          Array<T> want(extent);
-          for (std::size_t q = 0; q < w; ++q)
-            for (std::size_t i = 0; i < cnt[q]; ++i) want[at[q] + i] = movement_value<T>(q, i);
-          Buf<T> send(cnt[r]), recv(extent);
-          send.write(movement_block<T>(r, cnt[r]));
-          std::uint64_t in = send.address();
-          if (layout == 2) {
-            Array<T> seeded(extent);
-            for (std::size_t i = 0; i < cnt[r]; ++i) seeded[at[r] + i] = movement_value<T>(r, i);
-            recv.write(seeded);
-            in = recv.address() + at[r] * sizeof(T);
-          }
-          const auto what = ctx("all_gather_v", D, cnt[r], layout == 1 ? ", reversed" : layout == 2 ? ", in place" : "");
-          rep.expect_ok(comm.all_gather_v(in, cnt[r], recv.address(), cnt, displs, D), what);
-          rep.expect_ok(comm.sync(), what + " sync");
-          rep.expect_equal(recv.read(), want, what);
+    each_dtype([&]<DType D, class T>() {
+      for (int layout = 0; layout < 3; ++layout) {  // packed, reversed with gaps, packed in place
+        std::size_t extent = 0;
+        std::vector<std::size_t> displs;
+        if (layout == 1) {
+          displs = reversed_displs(cnt, extent);
+        } else {
+          for (std::size_t q = 0; q < w; ++q) extent += cnt[q];
         }
+        std::vector<std::size_t> at(w);
+        for (std::size_t q = 0, run = 0; q < w; ++q) {
+          at[q] = displs.empty() ? run : displs[q];
+          run += cnt[q];
+        }
+        Array<T> want(extent);
+        for (std::size_t q = 0; q < w; ++q)
+          for (std::size_t i = 0; i < cnt[q]; ++i) want[at[q] + i] = movement_value<T>(q, i);
+        Buf<T> send(cnt[r]), recv(extent);
+        send.write(movement_block<T>(r, cnt[r]));
+        std::uint64_t in = send.address();
+        if (layout == 2) {
+          Array<T> seeded(extent);
+          for (std::size_t i = 0; i < cnt[r]; ++i) seeded[at[r] + i] = movement_value<T>(r, i);
+          recv.write(seeded);
+          in = recv.address() + at[r] * sizeof(T);
+        }
+        const auto what = ctx("all_gather_v", D, cnt[r], layout == 1 ? ", reversed" : layout == 2 ? ", in place" : "");
+        rep.expect_ok(comm.all_gather_v(in, cnt[r], recv.address(), cnt, displs, D), what);
+        rep.expect_ok(comm.sync(), what + " sync");
+        rep.expect_equal(recv.read(), want, what);
       }
     });
   });
@@ -205,39 +186,35 @@ TEST_CASE("all_to_all_v: zero counts, packed and reversed displacements", "[conf
       sc[q] = a2a_v_count(r, q) + (q == 0 ? 4096 : 0);
       rc[q] = a2a_v_count(q, r) + (r == 0 ? 4096 : 0);
     }
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      if constexpr (supports_dtype_v<B, D>) {
-        for (bool reversed : {false, true}) {
-          std::size_t s_extent = 0, r_extent = 0;
-          std::vector<std::size_t> sd, rd;
-          if (reversed) {
-            sd = reversed_displs(sc, s_extent);
-            rd = reversed_displs(rc, r_extent);
-          } else {
-            for (std::size_t q = 0; q < w; ++q) {
-              s_extent += sc[q];
-              r_extent += rc[q];
-            }
-          }
-          auto place = [&](const std::vector<std::size_t>& c, const std::vector<std::size_t>& dd, std::size_t q) {
-            std::size_t run = 0;
-            for (std::size_t k = 0; k < q; ++k) run += c[k];
-            return dd.empty() ? run : dd[q];
-          };
-          Array<T> mine(s_extent), want(r_extent);
+    each_dtype([&]<DType D, class T>() {
+      for (bool reversed : {false, true}) {
+        std::size_t s_extent = 0, r_extent = 0;
+        std::vector<std::size_t> sd, rd;
+        if (reversed) {
+          sd = reversed_displs(sc, s_extent);
+          rd = reversed_displs(rc, r_extent);
+        } else {
           for (std::size_t q = 0; q < w; ++q) {
-            for (std::size_t i = 0; i < sc[q]; ++i) mine[place(sc, sd, q) + i] = pair_value<T>(r, q, w, i);
-            for (std::size_t i = 0; i < rc[q]; ++i) want[place(rc, rd, q) + i] = pair_value<T>(q, r, w, i);
+            s_extent += sc[q];
+            r_extent += rc[q];
           }
-          Buf<T> send(s_extent), recv(r_extent);
-          send.write(mine);
-          const auto what = ctx("all_to_all_v", D, s_extent, reversed ? ", reversed" : "");
-          rep.expect_ok(comm.all_to_all_v(send.address(), sc, sd, recv.address(), rc, rd, D), what);
-          rep.expect_ok(comm.sync(), what + " sync");
-          rep.expect_equal(recv.read(), want, what);
         }
+        auto place = [&](const std::vector<std::size_t>& c, const std::vector<std::size_t>& dd, std::size_t q) {
+          std::size_t run = 0;
+          for (std::size_t k = 0; k < q; ++k) run += c[k];
+          return dd.empty() ? run : dd[q];
+        };
+        Array<T> mine(s_extent), want(r_extent);
+        for (std::size_t q = 0; q < w; ++q) {
+          for (std::size_t i = 0; i < sc[q]; ++i) mine[place(sc, sd, q) + i] = pair_value<T>(r, q, w, i);
+          for (std::size_t i = 0; i < rc[q]; ++i) want[place(rc, rd, q) + i] = pair_value<T>(q, r, w, i);
+        }
+        Buf<T> send(s_extent), recv(r_extent);
+        send.write(mine);
+        const auto what = ctx("all_to_all_v", D, s_extent, reversed ? ", reversed" : "");
+        rep.expect_ok(comm.all_to_all_v(send.address(), sc, sd, recv.address(), rc, rd, D), what);
+        rep.expect_ok(comm.sync(), what + " sync");
+        rep.expect_equal(recv.read(), want, what);
       }
     });
   });
@@ -248,18 +225,14 @@ TEST_CASE("send_recv and groups: ring, exchange at 1 MiB, recv-first patterns", 
     const std::size_t w = comm.world_size(), r = comm.rank();
     const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
     // send_recv around the ring, every dtype.
-    for_each_dtype([&](auto d) {
-      constexpr DType D = decltype(d)::value;
-      using T = typename decltype(d)::type;
-      if constexpr (supports_dtype_v<B, D>) {
-        for (std::size_t n : {std::size_t{0}, std::size_t{5}}) {
-          Buf<T> out(n), in(n);
-          out.write(movement_block<T>(r, n));
-          const auto what = ctx("send_recv ring", D, n);
-          rep.expect_ok(comm.send_recv(out.address(), n, next, in.address(), n, prev, D, 4), what);
-          rep.expect_ok(comm.sync(), what + " sync");
-          rep.expect_equal(in.read(), movement_block<T>(prev, n), what);
-        }
+    each_dtype([&]<DType D, class T>() {
+      for (std::size_t n : {std::size_t{0}, std::size_t{5}}) {
+        Buf<T> out(n), in(n);
+        out.write(movement_block<T>(r, n));
+        const auto what = ctx("send_recv ring", D, n);
+        rep.expect_ok(comm.send_recv(out.address(), n, next, in.address(), n, prev, D, 4), what);
+        rep.expect_ok(comm.sync(), what + " sync");
+        rep.expect_equal(in.read(), movement_block<T>(prev, n), what);
       }
     });
     // send_recv exchange far above any eager threshold.
