@@ -758,20 +758,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, D, root);
     if (!live(count)) [[unlikely]] return enter(c, count);
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const auto dl = deadline();
-    auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
-    int rc;
-    if (nonblocking || dl) {
-      MPI_Request req = MPI_REQUEST_NULL;
-      rc = MPI_Ibcast(buf, static_cast<int>(count), dt, static_cast<int>(root), state_->comm, &req);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ibcast");
-      return posted(req, c, dt, {}, "MPI_Ibcast", dl);
-    } else {
-      rc = MPI_Bcast(buf, static_cast<int>(count), dt, static_cast<int>(root), state_->comm);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Bcast");
-    }
-    return {};
+    const int n = static_cast<int>(count), r = static_cast<int>(root);
+    return collective(c, dt, "MPI_Bcast", "MPI_Ibcast", [&](MPI_Request* req) {
+      return req ? MPI_Ibcast(buf, n, dt, r, state_->comm, req) : MPI_Bcast(buf, n, dt, r, state_->comm);
+    });
   }
 
   template <DType D, class T>
@@ -783,20 +773,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
     const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
-    const auto dl = deadline();
-    auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
-    int rc;
-    if (nonblocking || dl) {
-      MPI_Request req = MPI_REQUEST_NULL;
-      rc = MPI_Iallgather(sbuf, n, dt, recv, n, dt, state_->comm, &req);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallgather");
-      return posted(req, c, dt, {}, "MPI_Iallgather", dl);
-    } else {
-      rc = MPI_Allgather(sbuf, n, dt, recv, n, dt, state_->comm);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allgather");
-    }
-    return {};
+    return collective(c, dt, "MPI_Allgather", "MPI_Iallgather", [&](MPI_Request* req) {
+      return req ? MPI_Iallgather(sbuf, n, dt, recv, n, dt, state_->comm, req)
+                 : MPI_Allgather(sbuf, n, dt, recv, n, dt, state_->comm);
+    });
   }
 
   template <DType D, ReduceOp Op, class T>
@@ -814,26 +794,14 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                            ? MPI_IN_PLACE
                            : static_cast<const void*>(send);
     const int n = static_cast<int>(count), r = static_cast<int>(root);
-    const auto dl = deadline();
-    auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
-    if (nonblocking || dl) {
-      MPI_Request req = MPI_REQUEST_NULL;
-      rc = MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, &req);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ireduce");
-      detail::mpi::Finish f;
-      if constexpr (Op == ReduceOp::Avg) {
-        if (at_root) f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, state_->size};
-      }
-      return posted(req, c, dt, f, "MPI_Ireduce", dl);
-    } else {
-      rc = MPI_Reduce(sbuf, recv, n, dt, op, r, state_->comm);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Reduce");
-      if constexpr (Op == ReduceOp::Avg) {
-        if (at_root) kernels::divide(d, recv, count, state_->size);
-      }
+    detail::mpi::Finish f;  // Avg: the root divides the sum once it is complete
+    if constexpr (Op == ReduceOp::Avg) {
+      if (at_root) f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, state_->size};
     }
-    return {};
+    return collective(c, dt, "MPI_Reduce", "MPI_Ireduce", [&](MPI_Request* req) {
+      return req ? MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, req)
+                 : MPI_Reduce(sbuf, recv, n, dt, op, r, state_->comm);
+    }, f);
   }
 
   template <DType D, class T>
@@ -845,7 +813,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                           static_cast<const void*>(send) == static_cast<const void*>(recv + root * count);
     const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
     const int n = static_cast<int>(count);
-    return rooted_call(c, dt, "MPI_Gather", "MPI_Igather", [&](MPI_Request* req) {
+    return collective(c, dt, "MPI_Gather", "MPI_Igather", [&](MPI_Request* req) {
       return req ? MPI_Igather(sbuf, n, dt, recv, n, dt, static_cast<int>(root), state_->comm, req)
                  : MPI_Gather(sbuf, n, dt, recv, n, dt, static_cast<int>(root), state_->comm);
     });
@@ -860,7 +828,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                           static_cast<const void*>(recv) == static_cast<const void*>(send + root * count);
     void* rbuf = in_place ? MPI_IN_PLACE : static_cast<void*>(recv);
     const int n = static_cast<int>(count);
-    return rooted_call(c, dt, "MPI_Scatter", "MPI_Iscatter", [&](MPI_Request* req) {
+    return collective(c, dt, "MPI_Scatter", "MPI_Iscatter", [&](MPI_Request* req) {
       return req ? MPI_Iscatter(send, n, dt, rbuf, n, dt, static_cast<int>(root), state_->comm, req)
                  : MPI_Scatter(send, n, dt, rbuf, n, dt, static_cast<int>(root), state_->comm);
     });
@@ -872,27 +840,33 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (!live(count)) [[unlikely]] return enter(c, count);
     const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
     const int n = static_cast<int>(count);
-    return rooted_call(c, dt, "MPI_Alltoall", "MPI_Ialltoall", [&](MPI_Request* req) {
+    return collective(c, dt, "MPI_Alltoall", "MPI_Ialltoall", [&](MPI_Request* req) {
       return req ? MPI_Ialltoall(send, n, dt, recv, n, dt, state_->comm, req)
                  : MPI_Alltoall(send, n, dt, recv, n, dt, state_->comm);
     });
   }
 
-  // A movement collective: `call(&req)` posts the MPI_I* form under the
-  // nonblocking policy or with op_timeout set, `call(nullptr)` the blocking form otherwise.
+  // The skeleton of the fixed-count collectives: under the submission lock,
+  // after the consistency check, `call(&req)` posts the MPI_I* form under the
+  // nonblocking policy or with op_timeout set, and `finish` runs when that
+  // request completes (sync(), or the wait for the deadline); otherwise
+  // `call(nullptr)` makes the blocking call and `finish` runs at once. Errors
+  // name the MPI function that failed. all_reduce and reduce_scatter, which
+  // choose among algorithms and scratch blocks under the same lock, and the
+  // v-collectives, which block under both policies, spell their variants out.
   template <class F>
-  Status rooted_call(const detail::CallDesc& c, MPI_Datatype dt, const char* blocking_fn, const char* nonblocking_fn,
-                     F&& call) {
+  Status collective(const detail::CallDesc& c, MPI_Datatype dt, const char* blocking_fn, const char* nonblocking_fn,
+                    F&& call, const detail::mpi::Finish& finish = {}) {
     const auto dl = deadline();
     auto guard = lock();
     if (auto s = check(c, dl); !s) return s;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       if (const int rc = call(&req); rc != MPI_SUCCESS) return mpi_error(c, rc, nonblocking_fn);
-      return posted(req, c, dt, {}, nonblocking_fn, dl);
-    } else {
-      if (const int rc = call(nullptr); rc != MPI_SUCCESS) return mpi_error(c, rc, blocking_fn);
+      return posted(req, c, dt, finish, nonblocking_fn, dl);
     }
+    if (const int rc = call(nullptr); rc != MPI_SUCCESS) return mpi_error(c, rc, blocking_fn);
+    finish.run();
     return {};
   }
 
