@@ -35,6 +35,7 @@
 
 #include <mpi.h>
 
+#include <polycoll/backends/mpi/environment.hpp>
 #include <polycoll/backends/mpi/error.hpp>
 #include <polycoll/backends/mpi/halving.hpp>
 #include <polycoll/detail/send_check.hpp>
@@ -42,6 +43,7 @@
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/requests.hpp>
 #include <polycoll/backends/mpi/shm.hpp>
+#include <polycoll/backends/mpi/state.hpp>
 #include <polycoll/backends/mpi/types.hpp>
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
@@ -67,132 +69,6 @@ struct supports_reduction<BasicMpi<P>, D, Op> : std::bool_constant<is_valid_v<D,
 /// Mpi has probe (MPI_Iprobe) and any_source / any_tag receives.
 template <class P>
 struct supports_probe<BasicMpi<P>> : std::true_type {};
-
-namespace mpi {
-
-/// The thread level MPI provides (MPI_THREAD_SINGLE .. MPI_THREAD_MULTIPLE),
-/// or -1 when MPI is not initialised.
-[[nodiscard]] inline int thread_level() noexcept {
-  if (!detail::mpi::mpi_usable()) return -1;
-  int provided = MPI_THREAD_SINGLE;
-  MPI_Query_thread(&provided);
-  return provided;
-}
-
-/// RAII initialisation of MPI. Asks MPI_Init_thread for MPI_THREAD_MULTIPLE.
-/// When MPI is already initialised (by the user, Boost.MPI or a test main) it
-/// owns nothing and its destructor does nothing; otherwise the destructor
-/// frees polycoll's cached MPI_Ops and calls MPI_Finalize. Never throws:
-/// check `ok()` / `status()`.
-class Environment {
- public:
-  /// Initialises MPI without command-line arguments.
-  Environment() noexcept { init(nullptr, nullptr); }
-  /// Initialises MPI with main's arguments (MPI may remove its own).
-  Environment(int& argc, char**& argv) noexcept { init(&argc, &argv); }
-  Environment(const Environment&) = delete;
-  Environment& operator=(const Environment&) = delete;
-  ~Environment() {
-    if (!owns_) return;
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (fin != 0) return;
-    detail::mpi::release_ops();
-    MPI_Finalize();
-  }
-
-  /// True when this object initialised MPI (and will finalise it).
-  [[nodiscard]] bool owns() const noexcept { return owns_; }
-  /// The thread level MPI provides.
-  [[nodiscard]] int provided() const noexcept { return provided_; }
-  /// True when MPI is usable.
-  [[nodiscard]] bool ok() const noexcept { return !error_; }
-  /// Success, or why MPI could not be initialised.
-  [[nodiscard]] Status status() const {
-    if (error_) return tl::unexpected(*error_);
-    return {};
-  }
-
- private:
-  void init(int* argc, char*** argv) noexcept {
-    try {
-      int init = 0, fin = 0;
-      MPI_Initialized(&init);
-      MPI_Finalized(&fin);
-      if (fin != 0) {
-        error_ = Error{Errc::not_initialized, "mpi::Environment [mpi]: MPI has already been finalized", 0};
-        return;
-      }
-      if (init == 0) {
-        const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided_);
-        if (rc != MPI_SUCCESS) {
-          error_ = Error{Errc::backend_failure,
-                         detail::cat("mpi::Environment [mpi]: MPI_Init_thread failed: ", detail::mpi::error_text(rc)),
-                         rc};
-          return;
-        }
-        owns_ = true;
-      } else {
-        MPI_Query_thread(&provided_);
-      }
-      if (const int rc = detail::mpi::install_hook(); rc != MPI_SUCCESS) {
-        error_ = Error{Errc::backend_failure,
-                       detail::cat("mpi::Environment [mpi]: cannot attach the finalize hook: ",
-                                   detail::mpi::error_text(rc)),
-                       rc};
-      }
-    } catch (...) {
-      error_ = Error{Errc::backend_failure, {}, 0};  // only a message allocation can throw
-    }
-  }
-
-  bool owns_ = false;
-  int provided_ = MPI_THREAD_SINGLE;
-  std::optional<Error> error_;
-};
-
-}  // namespace mpi
-
-namespace detail::mpi {
-
-// Everything a communicator owns, behind one pointer: moves are cheap and the
-// submission lock has a stable address.
-struct CommState {
-  MPI_Comm comm = MPI_COMM_NULL;
-  bool owned = false;                          // MPI_Comm_free at the end
-  MPI_Errhandler saved = MPI_ERRHANDLER_NULL;  // a borrowed comm's handler, restored at the end
-  std::size_t rank = 0;
-  std::size_t size = 1;
-  std::uint32_t tag_ub = 32767;
-  bool serialized = false;  // MPI provides less than MPI_THREAD_MULTIPLE: use the process lock
-  Options options;
-  SubmitLock mutex;  // serialises submissions
-  std::uint64_t seq = 0;
-  RequestPool pool;
-  std::optional<Error> deferred;  // an error found while posting, returned by the next sync()
-  std::size_t groups = 0;         // open groups (p2p is posted as submitted: nothing to batch)
-  std::vector<int> v_ints;        // the v-collectives' int counts and displacements, reused
-  bool check = false;             // Options::check_consistency or POLYCOLL_CHECK=1
-  SendLedger ledger;              // the check's hashes of the sends not yet completed by a sync()
-  std::uint64_t coll_seq = 0;     // collectives so far: the fingerprints' sequence number
-  std::vector<std::uint64_t> xbuf;  // every rank's fingerprint (or split's color and key), then mine; reused
-  // Buffers of internal exchanges and v-collective arrays whose collective
-  // timed out: MPI may still use them until a later sync() completes it.
-  std::vector<std::vector<std::uint64_t>> retired_x;
-  std::vector<std::vector<int>> retired_ints;
-  // The 2-rank all_reduce algorithms (backends/mpi/halving.hpp): their own
-  // dup of comm, so their point-to-point messages never match the user's
-  // send/recv, made on first use (collective: every rank takes that path in
-  // the same call), and the halving's scratch half, grown, never shrunk.
-  MPI_Comm pair_comm = MPI_COMM_NULL;
-  std::vector<std::byte> halving_scratch;
-  // The result block of a blocking in-place reduce_scatter, grown, never shrunk.
-  std::vector<std::byte> reduce_scatter_scratch;
-  // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
-  PairShm shm;
-};
-
-}  // namespace detail::mpi
 
 /// MPI processes as ranks. Move-only; see the file comment and docs/mpi.md.
 template <class Policies>

@@ -1,0 +1,63 @@
+#pragma once
+/// @file backends/mpi/state.hpp
+/// What one Mpi communicator owns (detail::mpi::CommState), behind the one
+/// pointer a BasicMpi holds. Internal to backends/mpi.hpp.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <mpi.h>
+
+#include <polycoll/backends/mpi/process.hpp>
+#include <polycoll/backends/mpi/requests.hpp>
+#include <polycoll/backends/mpi/shm.hpp>
+#include <polycoll/communicator.hpp>
+#include <polycoll/detail/send_check.hpp>
+#include <polycoll/error.hpp>
+
+namespace polycoll {
+
+namespace detail::mpi {
+
+// Everything a communicator owns, behind one pointer: moves are cheap and the
+// submission lock has a stable address.
+struct CommState {
+  MPI_Comm comm = MPI_COMM_NULL;
+  bool owned = false;                          // MPI_Comm_free at the end
+  MPI_Errhandler saved = MPI_ERRHANDLER_NULL;  // a borrowed comm's handler, restored at the end
+  std::size_t rank = 0;
+  std::size_t size = 1;
+  std::uint32_t tag_ub = 32767;
+  bool serialized = false;  // MPI provides less than MPI_THREAD_MULTIPLE: use the process lock
+  Options options;
+  SubmitLock mutex;  // serialises submissions
+  std::uint64_t seq = 0;
+  RequestPool pool;
+  std::optional<Error> deferred;  // an error found while posting, returned by the next sync()
+  std::size_t groups = 0;         // open groups (p2p is posted as submitted: nothing to batch)
+  std::vector<int> v_ints;        // the v-collectives' int counts and displacements, reused
+  bool check = false;             // Options::check_consistency or POLYCOLL_CHECK=1
+  SendLedger ledger;              // the check's hashes of the sends not yet completed by a sync()
+  std::uint64_t coll_seq = 0;     // collectives so far: the fingerprints' sequence number
+  std::vector<std::uint64_t> xbuf;  // every rank's fingerprint (or split's color and key), then mine; reused
+  // Buffers of internal exchanges and v-collective arrays whose collective
+  // timed out: MPI may still use them until a later sync() completes it.
+  std::vector<std::vector<std::uint64_t>> retired_x;
+  std::vector<std::vector<int>> retired_ints;
+  // The 2-rank all_reduce algorithms (backends/mpi/halving.hpp): their own
+  // dup of comm, so their point-to-point messages never match the user's
+  // send/recv, made on first use (collective: every rank takes that path in
+  // the same call), and the halving's scratch half, grown, never shrunk.
+  MPI_Comm pair_comm = MPI_COMM_NULL;
+  std::vector<std::byte> halving_scratch;
+  // The result block of a blocking in-place reduce_scatter, grown, never shrunk.
+  std::vector<std::byte> reduce_scatter_scratch;
+  // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
+  PairShm shm;
+};
+
+}  // namespace detail::mpi
+
+}  // namespace polycoll
