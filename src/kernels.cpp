@@ -24,6 +24,15 @@ constexpr std::size_t valid_pairs() {
   return n;
 }
 static_assert(listed_pairs() == valid_pairs(), "POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR must list every valid pair once");
+constexpr bool listed_dtypes() {
+  std::size_t n = 0;
+  bool all = true;
+#define POLYCOLL_DETAIL_X(D) all = all && all_dtypes[n++] == DType::D;
+  POLYCOLL_DETAIL_FOR_EACH_DTYPE(POLYCOLL_DETAIL_X)
+#undef POLYCOLL_DETAIL_X
+  return all && n == dtype_count;
+}
+static_assert(listed_dtypes(), "POLYCOLL_DETAIL_FOR_EACH_DTYPE must list every dtype once, in all_dtypes' order");
 }  // namespace
 
 #define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_KERNEL_PAIR(, D, Op)

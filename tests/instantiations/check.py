@@ -61,6 +61,7 @@ def main() -> int:
     nm, compiler = sys.argv[sep + 1], sys.argv[sep + 2:]
     source, dtype, element, ops = args[:4]
     expect = [args[i + 1] for i in range(4, len(args)) if args[i] == "--expect"]
+    library = [args[i + 1] for i in range(4, len(args)) if args[i] == "--library"]
     allowed_ops = set() if ops == "-" else set(ops.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         obj = os.path.join(tmp, "tu.o")
@@ -68,8 +69,12 @@ def main() -> int:
         if build.returncode != 0:
             print("compile failed:\n" + build.stderr[:4000])
             return 1
-        symbols = subprocess.run([nm, "-C", obj], capture_output=True, text=True, check=True).stdout.splitlines()
-    symbols = [s.split(" ", 2)[-1] for s in symbols if "polycoll::" in s]
+        listing = subprocess.run([nm, "-C", obj], capture_output=True, text=True, check=True).stdout.splitlines()
+    # nm: "ADDRESS TYPE NAME", or "TYPE NAME" padded for an undefined symbol (U).
+    listing = [line.split(None, 2) if not line.startswith(" ") else ["", *line.split(None, 1)] for line in listing]
+    listing = [(kind, name) for _, kind, name in (e for e in listing if len(e) == 3) if "polycoll::" in name]
+    symbols = [name for _, name in listing]
+    defined = [name for kind, name in listing if kind not in ("U", "w", "v")]
     bad = []
     for s in symbols:
         dtypes = set(re.findall(r"\(polycoll::DType\)(\d+)", s))
@@ -83,11 +88,16 @@ def main() -> int:
     missing = [e for e in expect if not any(e in s for s in symbols)]
     for e in missing:
         print(f"expected a symbol containing '{e}', none found: the TU no longer reaches the backend")
+    held = [s for s in defined if any(lib in s for lib in library)]
+    if held:
+        print(f"{len(held)} definitions of what libpolycoll holds ({', '.join(library)}); the first ones:")
+        for s in held[:8]:
+            print("  " + s[:300])
     if bad:
         print(f"{len(bad)} instantiations outside dtype {dtype} ({element}), ops {ops}; the first ones:")
         for s in bad[:8]:
             print("  " + s[:300])
-    return 1 if bad or missing else 0
+    return 1 if bad or missing or held else 0
 
 
 if __name__ == "__main__":

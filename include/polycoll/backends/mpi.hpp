@@ -191,88 +191,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // process of this communicator (in practice, MPICH and Open MPI: the job).
   void abort_impl(const Error&) const noexcept { mpi_abort(state_ ? state_->comm : MPI_COMM_WORLD); }
 
-  static Result<BasicMpi> make(const char* what, MPI_Comm comm, Mode mode, const Options& options) {
-    if (auto st = detail::check_on_error_environment(detail::cat(what, " [mpi]")); !st)
-      return tl::unexpected(std::move(st.error()));
-    if (!detail::mpi::mpi_usable()) {
-      int init = 0;
-      MPI_Initialized(&init);
-      return fail(Errc::not_initialized,
-                  init ? detail::cat(what, " [mpi]: MPI has been finalized")
-                       : detail::cat(what, " [mpi]: MPI is not initialised (create a polycoll::mpi::Environment "
-                                           "or call MPI_Init_thread first)"));
-    }
-    if (comm == MPI_COMM_NULL) return fail(Errc::invalid_argument, detail::cat(what, " [mpi]: MPI_COMM_NULL"));
-    if (const int rc = detail::mpi::install_hook(); rc != MPI_SUCCESS) {
-      return fail(detail::mpi::errc_of(rc), detail::cat(what, " [mpi]: ", detail::mpi::error_text(rc)), rc);
-    }
-    std::unique_ptr<State> s;
-    try {
-      s = std::make_unique<State>();
-    } catch (const std::bad_alloc&) {
-      return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
-    }
-    s->options = options;
-    s->options.on_error = detail::on_error_from(options.on_error);
-    int rc = MPI_SUCCESS;
-    if (mode == Mode::borrow) {
-      // Errors on the caller's comm must come back to us, not abort.
-      rc = MPI_Comm_get_errhandler(comm, &s->saved);
-      if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-      if (rc != MPI_SUCCESS) {
-        if (s->saved != MPI_ERRHANDLER_NULL) MPI_Errhandler_free(&s->saved);
-        return fail(detail::mpi::errc_of(rc), detail::cat(what, " [mpi]: ", detail::mpi::error_text(rc)), rc);
-      }
-      s->comm = comm;
-    } else if (mode == Mode::duplicate) {
-      // MPI_Comm_dup inherits the handler; a fatal one would abort on a bad
-      // argument, so set ERRORS_RETURN on the source only for the call.
-      MPI_Errhandler old = MPI_ERRHANDLER_NULL;
-      MPI_Comm_get_errhandler(comm, &old);
-      MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-      rc = MPI_Comm_dup(comm, &s->comm);
-      if (old != MPI_ERRHANDLER_NULL) {
-        MPI_Comm_set_errhandler(comm, old);
-        MPI_Errhandler_free(&old);
-      }
-      if (rc != MPI_SUCCESS) {
-        return fail(detail::mpi::errc_of(rc), detail::cat(what, " [mpi]: MPI_Comm_dup: ", detail::mpi::error_text(rc)),
-                    rc);
-      }
-      s->owned = true;
-    } else {
-      s->comm = comm;
-      s->owned = true;
-    }
-    if (s->owned) MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
-    int r = 0, n = 1;
-    MPI_Comm_rank(s->comm, &r);
-    MPI_Comm_size(s->comm, &n);
-    s->rank = static_cast<std::size_t>(r);
-    s->size = static_cast<std::size_t>(n);
-    int flag = 0;
-    int* ub = nullptr;
-    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
-    if (flag && ub) s->tag_ub = static_cast<std::uint32_t>(*ub);
-    int provided = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&provided);
-    s->serialized = provided < MPI_THREAD_MULTIPLE;
-    s->check = options.check_consistency || detail::check_from_environment();
-    if (s->check) {
-      try {
-        s->xbuf.resize(fp_words * (s->size + 1));
-      } catch (const std::bad_alloc&) {
-        if (s->owned) {
-          MPI_Comm_free(&s->comm);
-        } else if (s->saved != MPI_ERRHANDLER_NULL) {
-          MPI_Comm_set_errhandler(s->comm, s->saved);
-          MPI_Errhandler_free(&s->saved);
-        }
-        return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
-      }
-    }
-    return BasicMpi(std::move(s));
-  }
+  static Result<BasicMpi> make(const char* what, MPI_Comm comm, Mode mode, const Options& options);
 
   // ------------------------------------------------------------ front-end hooks
 
@@ -459,18 +378,14 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // ------------------------------------------------------------ collectives
 
   template <DType D, ReduceOp Op, class T>
-  Status all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count) {
-    return all_reduce_into(d, o, static_cast<const T*>(nullptr), buf, count);
-  }
+  Status all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count);
 
   // Out of place (the front end passed send != recv, disjoint). MPI's own
   // all_reduce gets both buffers (MPI_Allreduce / MPI_Iallreduce(send, recv));
   // where one of the 2-rank algorithms below runs instead (they work in
   // place), recv first takes a copy of send. docs/mpi.md has the measurement.
   template <DType D, ReduceOp Op, class T>
-  Status all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count) {
-    return all_reduce_into(d, o, send, recv, count);
-  }
+  Status all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count);
 
   // all_reduce_value: blocking and without op_timeout, the one-element
   // all_reduce returns complete (nothing of it can stay posted). Otherwise it
@@ -480,27 +395,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // The nonblocking policy completes it with sync(), which completes the
   // work posted before it too (docs/mpi.md).
   template <DType D, ReduceOp Op, class T>
-  Status all_reduce_value_impl(dtype_tag<D> d, op_tag<Op> o, T* value) {
-    if constexpr (!nonblocking) {
-      if (!deadline()) return all_reduce_impl(d, o, value, 1);
-    }
-    std::unique_ptr<T> cell;
-    try {
-      cell = std::make_unique<T>(*value);
-    } catch (const std::bad_alloc&) {
-      return tl::unexpected(this->error(Errc::backend_failure,
-                                        detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, Op),
-                                        "out of memory for the one-value cell"));
-    }
-    Status st = all_reduce_impl(d, o, cell.get(), 1);
-    if (st && nonblocking) st = sync_impl();
-    if (!st) {
-      (void)cell.release();  // MPI may still write it
-      return st;
-    }
-    *value = *cell;
-    return {};
-  }
+  Status all_reduce_value_impl(dtype_tag<D> d, op_tag<Op> o, T* value);
 
   // all_reduce into `buf`: in place when `send` is null, else from `send`.
   template <DType D, ReduceOp Op, class T>
@@ -569,158 +464,26 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   }
 
   template <DType D, ReduceOp Op, class T>
-  Status reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count) {
-    const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op);
-    if (!live(count)) [[unlikely]] return enter(c, count);
-    const std::size_t w = state_->size;
-    // In place (recv is this rank's block of send): the result goes to a
-    // scratch block first (below). Any other overlap of send and recv was
-    // rejected by the front end.
-    const bool in_place = count != 0 && static_cast<const void*>(recv) == static_cast<const void*>(send + state_->rank * count);
-    int rc = MPI_SUCCESS;
-    const MPI_Op op = op_for<D, Op>(rc, count * w * sizeof(T));
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const int n = static_cast<int>(count);
-    const auto dl = deadline();
-    auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
-    // The in-place form changes the rank's own block of send and nothing
-    // else, as on every backend. MPI_IN_PLACE cannot do that: it leaves the
-    // result in block 0, another rank's input on every rank but 0. So MPI
-    // reduces send into a scratch block (its recv may not overlap send), and
-    // the result is copied into the rank's block once complete. The scratch is
-    // reused by blocking calls and owned by the pending entry of a posted one.
-    T* result = recv;
-    std::unique_ptr<std::byte[]> owned;
-    if (in_place) {
-      try {
-        if (nonblocking || dl) {
-          owned = std::make_unique_for_overwrite<std::byte[]>(count * sizeof(T));
-          result = reinterpret_cast<T*>(owned.get());
-        } else {
-          if (state_->reduce_scatter_scratch.size() < count * sizeof(T)) {
-            state_->reduce_scatter_scratch.resize(count * sizeof(T));
-          }
-          result = reinterpret_cast<T*>(state_->reduce_scatter_scratch.data());
-        }
-      } catch (const std::bad_alloc&) {
-        return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory (the in-place result block)"));
-      }
-    }
-    if (nonblocking || dl) {
-      MPI_Request req = MPI_REQUEST_NULL;
-      rc = MPI_Ireduce_scatter_block(send, result, n, dt, op, state_->comm, &req);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ireduce_scatter_block");
-      detail::mpi::Finish f;
-      constexpr bool avg = Op == ReduceOp::Avg;
-      if (in_place) {
-        f = {&detail::mpi::move_finish<D, avg>, recv, result, count, w};
-      } else if constexpr (avg) {
-        f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, w};
-      }
-      return posted(req, c, dt, f, "MPI_Ireduce_scatter_block", dl, std::move(owned));
-    } else {
-      rc = MPI_Reduce_scatter_block(send, result, n, dt, op, state_->comm);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Reduce_scatter_block");
-      if (in_place) std::memcpy(static_cast<void*>(recv), result, count * sizeof(T));
-      if constexpr (Op == ReduceOp::Avg) kernels::divide(d, recv, count, w);
-    }
-    return {};
-  }
+  Status reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count);
 
   template <DType D, class T>
-  Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
-    const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, D, root);
-    if (!live(count)) [[unlikely]] return enter(c, count);
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const int n = static_cast<int>(count), r = static_cast<int>(root);
-    return collective(c, dt, "MPI_Bcast", "MPI_Ibcast", [&](MPI_Request* req) {
-      return req ? MPI_Ibcast(buf, n, dt, r, state_->comm, req) : MPI_Bcast(buf, n, dt, r, state_->comm);
-    });
-  }
+  Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root);
 
   template <DType D, class T>
-  Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
-    const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, D);
-    if (!live(count)) [[unlikely]] return enter(c, count);
-    // Any other overlap of send and recv was rejected by the front end.
-    const bool in_place = count != 0 && static_cast<const void*>(send) == static_cast<const void*>(recv + state_->rank * count);
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const int n = static_cast<int>(count);
-    const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
-    return collective(c, dt, "MPI_Allgather", "MPI_Iallgather", [&](MPI_Request* req) {
-      return req ? MPI_Iallgather(sbuf, n, dt, recv, n, dt, state_->comm, req)
-                 : MPI_Allgather(sbuf, n, dt, recv, n, dt, state_->comm);
-    });
-  }
+  Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count);
 
   template <DType D, ReduceOp Op, class T>
   Status reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count,
-                     std::size_t root) {
-    auto c = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
-    c.root = root;
-    if (!live(count)) [[unlikely]] return enter(c, count);
-    int rc = MPI_SUCCESS;
-    const MPI_Op op = op_for<D, Op>(rc, count * sizeof(T));
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const bool at_root = state_->rank == root;
-    const void* sbuf = at_root && count != 0 && static_cast<const void*>(recv) == static_cast<const void*>(send)
-                           ? MPI_IN_PLACE
-                           : static_cast<const void*>(send);
-    const int n = static_cast<int>(count), r = static_cast<int>(root);
-    detail::mpi::Finish f;  // Avg: the root divides the sum once it is complete
-    if constexpr (Op == ReduceOp::Avg) {
-      if (at_root) f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, state_->size};
-    }
-    return collective(c, dt, "MPI_Reduce", "MPI_Ireduce", [&](MPI_Request* req) {
-      return req ? MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, req)
-                 : MPI_Reduce(sbuf, recv, n, dt, op, r, state_->comm);
-    }, f);
-  }
+                     std::size_t root);
 
   template <DType D, class T>
-  Status gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
-    const auto c = detail::CallDesc::rooted(detail::Call::gather, count, D, root);
-    if (!live(count)) [[unlikely]] return enter(c, count);
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const bool in_place = state_->rank == root && count != 0 &&
-                          static_cast<const void*>(send) == static_cast<const void*>(recv + root * count);
-    const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
-    const int n = static_cast<int>(count);
-    return collective(c, dt, "MPI_Gather", "MPI_Igather", [&](MPI_Request* req) {
-      return req ? MPI_Igather(sbuf, n, dt, recv, n, dt, static_cast<int>(root), state_->comm, req)
-                 : MPI_Gather(sbuf, n, dt, recv, n, dt, static_cast<int>(root), state_->comm);
-    });
-  }
+  Status gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root);
 
   template <DType D, class T>
-  Status scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
-    const auto c = detail::CallDesc::rooted(detail::Call::scatter, count, D, root);
-    if (!live(count)) [[unlikely]] return enter(c, count);
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const bool in_place = state_->rank == root && count != 0 &&
-                          static_cast<const void*>(recv) == static_cast<const void*>(send + root * count);
-    void* rbuf = in_place ? MPI_IN_PLACE : static_cast<void*>(recv);
-    const int n = static_cast<int>(count);
-    return collective(c, dt, "MPI_Scatter", "MPI_Iscatter", [&](MPI_Request* req) {
-      return req ? MPI_Iscatter(send, n, dt, rbuf, n, dt, static_cast<int>(root), state_->comm, req)
-                 : MPI_Scatter(send, n, dt, rbuf, n, dt, static_cast<int>(root), state_->comm);
-    });
-  }
+  Status scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root);
 
   template <DType D, class T>
-  Status all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
-    const auto c = detail::CallDesc::movement(detail::Call::all_to_all, count, D);
-    if (!live(count)) [[unlikely]] return enter(c, count);
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const int n = static_cast<int>(count);
-    return collective(c, dt, "MPI_Alltoall", "MPI_Ialltoall", [&](MPI_Request* req) {
-      return req ? MPI_Ialltoall(send, n, dt, recv, n, dt, state_->comm, req)
-                 : MPI_Alltoall(send, n, dt, recv, n, dt, state_->comm);
-    });
-  }
+  Status all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count);
 
   // The skeleton of the fixed-count collectives: under the submission lock,
   // after the consistency check, `call(&req)` posts the MPI_I* form under the
@@ -781,62 +544,11 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // (state_->retired_ints) until a sync() completes it.
   template <DType D, class T>
   Status all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv,
-                           const detail::VLayout& layout) {
-    const auto c = detail::CallDesc::movement(detail::Call::all_gather_v, layout.total(), D);
-    if (!live(send_count)) [[unlikely]] return enter(c, send_count);
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const bool in_place =
-        send_count != 0 && static_cast<const void*>(send) == static_cast<const void*>(recv + layout.displ(state_->rank));
-    if (state_->size == 1) {
-      // MPICH 4.0's MPI_Allgatherv on one rank ignores the displacement
-      // (writes block 0 at offset 0; tests/conformance_collectives.hpp
-      // catches it), and a local move is all that is needed anyway.
-      T* dst = recv + layout.displ(0);
-      if (!in_place && send_count != 0) std::memmove(static_cast<void*>(dst), send, send_count * sizeof(T));
-      return {};
-    }
-    const auto dl = deadline();
-    auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
-    if (auto s = to_ints(c, {&layout}); !s) return s;
-    const int* ints = state_->v_ints.data();
-    const std::size_t w = state_->size;
-    const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
-    const int sn = static_cast<int>(send_count);
-    if (dl) {
-      MPI_Request req = MPI_REQUEST_NULL;
-      const int rc = MPI_Iallgatherv(sbuf, sn, dt, recv, ints, ints + w, dt, state_->comm, &req);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallgatherv");
-      return await_v(req, c, dt, "MPI_Iallgatherv", dl);
-    }
-    const int rc = MPI_Allgatherv(sbuf, sn, dt, recv, ints, ints + w, dt, state_->comm);
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allgatherv");
-    return {};
-  }
+                           const detail::VLayout& layout);
 
   template <DType D, class T>
   Status all_to_all_v_impl(dtype_tag<D>, const T* send, const detail::VLayout& sl, T* recv,
-                           const detail::VLayout& rl) {
-    const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D);
-    if (!live(0)) [[unlikely]] return enter(c, 0);
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    const auto dl = deadline();
-    auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
-    if (auto s = to_ints(c, {&sl, &rl}); !s) return s;
-    const int* ints = state_->v_ints.data();
-    const std::size_t w = state_->size;
-    if (dl) {
-      MPI_Request req = MPI_REQUEST_NULL;
-      const int rc = MPI_Ialltoallv(send, ints, ints + w, dt, recv, ints + 2 * w, ints + 3 * w, dt, state_->comm, &req);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ialltoallv");
-      return await_v(req, c, dt, "MPI_Ialltoallv", dl);
-    }
-    const int rc =
-        MPI_Alltoallv(send, ints, ints + w, dt, recv, ints + 2 * w, ints + 3 * w, dt, state_->comm);
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Alltoallv");
-    return {};
-  }
+                           const detail::VLayout& rl);
 
   // await() for a v-collective: on a timeout its count arrays are retired
   // with it, so the next v-collective does not overwrite what MPI still reads.
@@ -856,23 +568,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   // Isend and the matched receives are posted as they are submitted and
   // completed together by sync(): the request pool already is the batch.
-  Status group_start_impl() {
-    const auto c = detail::CallDesc::plain(detail::Call::group_start);
-    if (!live(0)) [[unlikely]] return enter(c, 0);
-    auto guard = lock();
-    ++state_->groups;
-    return {};
-  }
-  Status group_end_impl() {
-    const auto c = detail::CallDesc::plain(detail::Call::group_end);
-    if (!live(0)) [[unlikely]] return enter(c, 0);
-    auto guard = lock();
-    if (state_->groups == 0) {
-      return tl::unexpected(this->error(Errc::invalid_argument, c, "no open group (group_end without group_start)"));
-    }
-    --state_->groups;
-    return {};
-  }
+  Status group_start_impl();
+  Status group_end_impl();
 
   // ------------------------------------------------------------ point to point
 
@@ -888,58 +585,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   }
 
   template <DType D, class T>
-  Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
-    const auto c = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
-    if (!live(count)) [[unlikely]] return enter(c, count);
-    if (auto s = check_tag(c, tag); !s) return s;
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    auto guard = lock();
-    const std::size_t bytes = count * sizeof(T);
-    // A small send is sent from a copy made now (detail::eager_bytes), as on
-    // every backend: MPI may read the caller's buffer until the request
-    // completes (MPICH does so for a send to self), so without it a buffer
-    // reused before sync() would send its later contents on some paths only.
-    std::unique_ptr<std::byte[]> copy;
-    const void* from = ptr;
-    if (bytes != 0 && bytes <= detail::eager_bytes) {
-      try {
-        copy = state_->pool.take_eager();  // recycled: no allocation in steady state
-        std::memcpy(copy.get(), ptr, bytes);
-        from = copy.get();
-      } catch (const std::bad_alloc&) {
-        return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory copying a small send"));
-      }
-    }
-    MPI_Request req = MPI_REQUEST_NULL;
-    const int rc = MPI_Isend(from, static_cast<int>(count), dt, static_cast<int>(dest), static_cast<int>(tag),
-                             state_->comm, &req);
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Isend");
-    state_->pool.add_send(req, numbered(c), dt, std::move(copy));
-    // Recorded once posted: a send that returned an error is not checked.
-    if (state_->check) [[unlikely]] state_->ledger.record(numbered(c), ptr, bytes);
-    return {};
-  }
+  Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag);
 
   template <DType D, class T>
-  Status recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
-    const auto c = detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag);
-    if (!live(count)) [[unlikely]] return enter(c, count);
-    if (auto s = check_tag(c, tag); !s) return s;
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
-    auto guard = lock();
-    // Matched later with MPI_Improbe, so that a message larger than the buffer
-    // is detected (with its size) before it is received: a truncating
-    // MPI_Irecv would report the error through MPI_Wait, which MPICH raises on
-    // MPI_COMM_WORLD's error handler (fatal by default), not on ours.
-    state_->pool.add_unmatched(numbered(c), dt, ptr);
-    // Try at once: a message already here is received straight into place,
-    // unless an earlier receive from the same (src, tag) is still unmatched:
-    // that one must get the earlier message (MPI's non-overtaking order).
-    const std::size_t last = state_->pool.size() - 1;
-    if (!blocked_by_earlier(last)) (void)try_match(last, state_->deferred);
-    state_->pool.compact();
-    return {};
-  }
+  Status recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag);
 
   // ------------------------------------------------------------ completion
 
@@ -1068,30 +717,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // take (MPI_Iprobe). The receives already posted come first in MPI's order,
   // so they are matched before, and a message one of them still waits for is
   // theirs (matched again, then probed again).
-  Result<std::optional<detail::Envelope>> probe_impl(std::size_t src, std::uint32_t tag) {
-    const auto c = detail::CallDesc::p2p(detail::Call::probe, detail::npos, DType::U8, src, tag);
-    if (!live(0)) [[unlikely]] return tl::unexpected(enter(c, 0).error());
-    if (auto s = check_tag(c, tag); !s) return tl::unexpected(std::move(s.error()));
-    auto guard = lock();
-    for (;;) {
-      std::optional<Error> first;
-      (void)match_receives(first);  // an error stays for the next sync(), as recv's does
-      if (first && !state_->deferred) state_->deferred = std::move(first);
-      state_->pool.compact();
-      int flag = 0;
-      MPI_Status st{};
-      const int rc = MPI_Iprobe(mpi_source(src), mpi_tag(tag), state_->comm, &flag, &st);
-      if (rc != MPI_SUCCESS) return tl::unexpected(mpi_error(c, rc, "MPI_Iprobe").error());
-      if (!flag) return std::optional<detail::Envelope>{};
-      const auto from = static_cast<std::size_t>(st.MPI_SOURCE);
-      const auto with = static_cast<std::uint32_t>(st.MPI_TAG);
-      // Each pass matches at least the first unmatched receive that takes it, so this ends.
-      if (taken_by_earlier(state_->pool.size(), from, with)) continue;
-      int bytes = 0;
-      MPI_Get_count(&st, MPI_BYTE, &bytes);
-      return std::optional<detail::Envelope>{detail::Envelope{from, with, static_cast<std::size_t>(std::max(bytes, 0))}};
-    }
-  }
+  Result<std::optional<detail::Envelope>> probe_impl(std::size_t src, std::uint32_t tag);
 
   // True when an entry before unmatched receive i waits for the same (src, tag).
   bool blocked_by_earlier(std::size_t i) const noexcept {
@@ -1166,21 +792,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // deadline passes (false). The lock is released between passes, so other
   // threads keep submitting (and may be what the awaited receives wait for).
   bool drain(const std::optional<detail::Clock::time_point>& deadline, std::uint64_t upto,
-             Guard& guard, std::optional<Error>& first) {
-    unsigned idle = 0;
-    for (;;) {
-      const bool progressed = poll_once(first);
-      if (!pending_upto(upto)) return true;
-      if (deadline && detail::Clock::now() >= *deadline) return false;
-      guard.unlock();
-      if (progressed) {
-        idle = 0;
-      } else {
-        detail::mpi::back_off(idle);
-      }
-      guard.lock();
-    }
-  }
+             Guard& guard, std::optional<Error>& first);
 
   // sync()'s and barrier()'s completion of everything posted before it,
   // bounded by op_timeout. Lock held (released while polling).
@@ -1224,90 +836,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     return s.empty() ? std::string("none") : s;
   }
 
-  Status sync_impl() {
-    const auto c = detail::CallDesc::plain(detail::Call::sync);
-    if (!live(0)) [[unlikely]] return enter(c, 0);
-    // Nothing posted since the last complete sync (blocking collectives post
-    // nothing): no lock, no polling. Measured in docs/mpi.md.
-    if (!state_->pool.busy()) [[likely]] return {};
-    const auto dl = deadline();
-    auto guard = lock();
-    return complete(c, guard, dl);
-  }
+  Status sync_impl();
 
-  Status barrier_impl() {
-    const auto c = detail::CallDesc::plain(detail::Call::barrier);
-    if (!live(0)) [[unlikely]] return enter(c, 0);
-    const auto dl = deadline();
-    auto guard = lock();
-    if (auto s = complete(c, guard, dl); !s) return s;
-    if (auto s = check(c, dl); !s) return s;
-    if (!state_->options.op_timeout) {
-      const int rc = MPI_Barrier(state_->comm);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Barrier");
-      return {};
-    }
-    // Bounded: an MPI_Ibarrier completed by the same polling loop.
-    MPI_Request req = MPI_REQUEST_NULL;
-    const int rc = MPI_Ibarrier(state_->comm, &req);
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ibarrier");
-    state_->pool.add(req, numbered(c), MPI_DATATYPE_NULL);
-    return complete(c, guard, dl);
-  }
+  Status barrier_impl();
 
   // ------------------------------------------------------------ split
 
-  Result<std::optional<BasicMpi>> split_impl(std::uint32_t color, std::uint32_t key) {
-    const auto c = detail::CallDesc::plain(detail::Call::split);
-    if (auto s = enter(c, 0); !s) return tl::unexpected(std::move(s.error()));
-    const auto dl = deadline();
-    auto guard = lock();
-    if (auto s = check(c, dl); !s) return tl::unexpected(std::move(s.error()));
-    // MPI wants non-negative int colors and int keys; polycoll's are any
-    // uint32. Gather everyone's (color, key) and give MPI dense equivalents:
-    // the color's position among the distinct colors, the rank's position in
-    // its (key, old rank) order. Every rank computes the same answer, so a
-    // bad value cannot leave some ranks in the collective and others not.
-    // The exchange is bounded by op_timeout; once it completed every rank has
-    // entered split, so MPI_Comm_split (which has no nonblocking form) cannot
-    // wait for a rank that never comes.
-    const std::size_t w = state_->size;
-    auto& x = state_->xbuf;
-    try {
-      if (x.size() < 2 * (w + 1)) x.resize(2 * (w + 1));
-    } catch (const std::bad_alloc&) {
-      return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory"));
-    }
-    x[2 * w] = color;
-    x[2 * w + 1] = key;
-    if (auto s = exchange(c, 2, dl); !s) return tl::unexpected(std::move(s.error()));
-    const std::uint64_t* all = x.data();
-    int mpi_color = MPI_UNDEFINED;
-    int mpi_key = 0;
-    if (color != no_color) {
-      std::vector<std::uint32_t> colors;
-      for (std::size_t q = 0; q < w; ++q) {
-        if (all[2 * q] != no_color) colors.push_back(static_cast<std::uint32_t>(all[2 * q]));
-      }
-      std::sort(colors.begin(), colors.end());
-      colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
-      mpi_color = static_cast<int>(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
-      for (std::size_t q = 0; q < w; ++q) {
-        if (all[2 * q] == color && (all[2 * q + 1] < key || (all[2 * q + 1] == key && q < state_->rank))) ++mpi_key;
-      }
-    }
-    MPI_Comm sub = MPI_COMM_NULL;
-    const int rc = MPI_Comm_split(state_->comm, mpi_color, mpi_key, &sub);
-    if (rc != MPI_SUCCESS) return tl::unexpected(mpi_error(c, rc, "MPI_Comm_split").error());
-    if (sub == MPI_COMM_NULL) return std::optional<BasicMpi>{};
-    guard.unlock();
-    auto made = make("split()", sub, Mode::adopt, state_->options);
-    if (!made) {
-      MPI_Comm_free(&sub);
-      return tl::unexpected(this->error(made.error().code, c, made.error().message, made.error().native));
-    }
-    return std::optional<BasicMpi>{std::move(*made)};
-  }
+  Result<std::optional<BasicMpi>> split_impl(std::uint32_t color, std::uint32_t key);
 
   // ------------------------------------------------------------ teardown
 
@@ -1315,75 +850,680 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // log them, cancel the receives, free what MPI lets us free, and release
   // the communicator. Never throws, never blocks past the bound (MPI_Cancel
   // of a receive completes locally).
-  void release() noexcept {
-    if (!state_) return;
-    State& s = *state_;
-    try {
-      const bool usable = detail::mpi::mpi_usable();
-      auto guard = lock();
-      if (!s.pool.empty() && !usable) {
-        log(LogLevel::warning, detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed after "
-                                           "MPI_Finalize with ", s.pool.size(), " pending operation(s): ",
-                                           pending_text(), "; nothing can be released"));
-      } else if (!s.pool.empty()) {
-        std::optional<Error> ignored;  // errors of operations nobody waits for any more
-        (void)drain(detail::Clock::now() + s.options.drop_timeout, s.seq, guard, ignored);
-        if (!s.pool.empty()) {
-          const std::string names = pending_text();
-          std::size_t leaked = 0;
-          for (std::size_t i = 0; i < s.pool.size(); ++i) {
-            MPI_Request& r = s.pool.request(i);
-            const auto call = s.pool.pending(i).call.call;
-            if (r == MPI_REQUEST_NULL) {
-              continue;  // an unmatched receive: nothing was posted to MPI
-            } else if (call == detail::Call::send || call == detail::Call::recv) {
-              MPI_Request_free(&r);  // completes on its own; MPI may still touch the buffer
-              // A small send's copy is polycoll's: leak it rather than free it under MPI.
-              (void)s.pool.pending(i).scratch.release();
-            } else {
-              ++leaked;  // MPI forbids freeing or cancelling a nonblocking collective
-              // MPI may still write its scratch block: leak it rather than free it under MPI.
-              (void)s.pool.pending(i).scratch.release();
-            }
-          }
-          log(LogLevel::warning,
-              detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed with ", s.pool.size(),
-                          " pending operation(s) after waiting ", s.options.drop_timeout.count(),
-                          " ms: unmatched receives withdrawn, posted sends/receives released to MPI",
-                          leaked ? ", collectives left to MPI" : "", "; dropped: ", names));
-        }
-        s.pool.clear();
-      }
-      if (usable) {
-        if (!s.shm.release(s.options.drop_timeout)) {
-          log(LogLevel::warning,
-              detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: it and its peer did not "
-                          "meet within drop_timeout (", s.options.drop_timeout.count(),
-                          " ms) to free the shared-memory window of the 2-rank all_reduce together; "
-                          "the window is left to MPI_Finalize"));
-        }
-        if (s.pair_comm != MPI_COMM_NULL) MPI_Comm_free(&s.pair_comm);
-        if (s.owned) {
-          MPI_Comm_free(&s.comm);
-        } else if (s.saved != MPI_ERRHANDLER_NULL) {
-          MPI_Comm_set_errhandler(s.comm, s.saved);
-          MPI_Errhandler_free(&s.saved);
-        }
-      }
-    } catch (...) {
-      // Only message formatting can throw (bad_alloc); the contract is to never throw.
-    }
-    state_.reset();
-  }
+  void release() noexcept;
 
   std::unique_ptr<State> state_;
 };
 
-// libpolycoll holds the seed surface of Mpi, the default policies (and so
-// AnyCommunicator's table for it); other policy bundles instantiate inline.
+template <class Policies>
+Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm comm, Mode mode, const Options& options) {
+  if (auto st = detail::check_on_error_environment(detail::cat(what, " [mpi]")); !st)
+    return tl::unexpected(std::move(st.error()));
+  if (!detail::mpi::mpi_usable()) {
+    int init = 0;
+    MPI_Initialized(&init);
+    return fail(Errc::not_initialized,
+                init ? detail::cat(what, " [mpi]: MPI has been finalized")
+                     : detail::cat(what, " [mpi]: MPI is not initialised (create a polycoll::mpi::Environment "
+                                         "or call MPI_Init_thread first)"));
+  }
+  if (comm == MPI_COMM_NULL) return fail(Errc::invalid_argument, detail::cat(what, " [mpi]: MPI_COMM_NULL"));
+  if (const int rc = detail::mpi::install_hook(); rc != MPI_SUCCESS) {
+    return fail(detail::mpi::errc_of(rc), detail::cat(what, " [mpi]: ", detail::mpi::error_text(rc)), rc);
+  }
+  std::unique_ptr<State> s;
+  try {
+    s = std::make_unique<State>();
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
+  }
+  s->options = options;
+  s->options.on_error = detail::on_error_from(options.on_error);
+  int rc = MPI_SUCCESS;
+  if (mode == Mode::borrow) {
+    // Errors on the caller's comm must come back to us, not abort.
+    rc = MPI_Comm_get_errhandler(comm, &s->saved);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    if (rc != MPI_SUCCESS) {
+      if (s->saved != MPI_ERRHANDLER_NULL) MPI_Errhandler_free(&s->saved);
+      return fail(detail::mpi::errc_of(rc), detail::cat(what, " [mpi]: ", detail::mpi::error_text(rc)), rc);
+    }
+    s->comm = comm;
+  } else if (mode == Mode::duplicate) {
+    // MPI_Comm_dup inherits the handler; a fatal one would abort on a bad
+    // argument, so set ERRORS_RETURN on the source only for the call.
+    MPI_Errhandler old = MPI_ERRHANDLER_NULL;
+    MPI_Comm_get_errhandler(comm, &old);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    rc = MPI_Comm_dup(comm, &s->comm);
+    if (old != MPI_ERRHANDLER_NULL) {
+      MPI_Comm_set_errhandler(comm, old);
+      MPI_Errhandler_free(&old);
+    }
+    if (rc != MPI_SUCCESS) {
+      return fail(detail::mpi::errc_of(rc), detail::cat(what, " [mpi]: MPI_Comm_dup: ", detail::mpi::error_text(rc)),
+                  rc);
+    }
+    s->owned = true;
+  } else {
+    s->comm = comm;
+    s->owned = true;
+  }
+  if (s->owned) MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+  int r = 0, n = 1;
+  MPI_Comm_rank(s->comm, &r);
+  MPI_Comm_size(s->comm, &n);
+  s->rank = static_cast<std::size_t>(r);
+  s->size = static_cast<std::size_t>(n);
+  int flag = 0;
+  int* ub = nullptr;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  if (flag && ub) s->tag_ub = static_cast<std::uint32_t>(*ub);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  s->serialized = provided < MPI_THREAD_MULTIPLE;
+  s->check = options.check_consistency || detail::check_from_environment();
+  if (s->check) {
+    try {
+      s->xbuf.resize(fp_words * (s->size + 1));
+    } catch (const std::bad_alloc&) {
+      if (s->owned) {
+        MPI_Comm_free(&s->comm);
+      } else if (s->saved != MPI_ERRHANDLER_NULL) {
+        MPI_Comm_set_errhandler(s->comm, s->saved);
+        MPI_Errhandler_free(&s->saved);
+      }
+      return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
+    }
+  }
+  return BasicMpi(std::move(s));
+}
+
+template <class Policies>
+Status BasicMpi<Policies>::group_start_impl() {
+  const auto c = detail::CallDesc::plain(detail::Call::group_start);
+  if (!live(0)) [[unlikely]] return enter(c, 0);
+  auto guard = lock();
+  ++state_->groups;
+  return {};
+}
+
+template <class Policies>
+Status BasicMpi<Policies>::group_end_impl() {
+  const auto c = detail::CallDesc::plain(detail::Call::group_end);
+  if (!live(0)) [[unlikely]] return enter(c, 0);
+  auto guard = lock();
+  if (state_->groups == 0) {
+    return tl::unexpected(this->error(Errc::invalid_argument, c, "no open group (group_end without group_start)"));
+  }
+  --state_->groups;
+  return {};
+}
+
+template <class Policies>
+Result<std::optional<detail::Envelope>> BasicMpi<Policies>::probe_impl(std::size_t src, std::uint32_t tag) {
+  const auto c = detail::CallDesc::p2p(detail::Call::probe, detail::npos, DType::U8, src, tag);
+  if (!live(0)) [[unlikely]] return tl::unexpected(enter(c, 0).error());
+  if (auto s = check_tag(c, tag); !s) return tl::unexpected(std::move(s.error()));
+  auto guard = lock();
+  for (;;) {
+    std::optional<Error> first;
+    (void)match_receives(first);  // an error stays for the next sync(), as recv's does
+    if (first && !state_->deferred) state_->deferred = std::move(first);
+    state_->pool.compact();
+    int flag = 0;
+    MPI_Status st{};
+    const int rc = MPI_Iprobe(mpi_source(src), mpi_tag(tag), state_->comm, &flag, &st);
+    if (rc != MPI_SUCCESS) return tl::unexpected(mpi_error(c, rc, "MPI_Iprobe").error());
+    if (!flag) return std::optional<detail::Envelope>{};
+    const auto from = static_cast<std::size_t>(st.MPI_SOURCE);
+    const auto with = static_cast<std::uint32_t>(st.MPI_TAG);
+    // Each pass matches at least the first unmatched receive that takes it, so this ends.
+    if (taken_by_earlier(state_->pool.size(), from, with)) continue;
+    int bytes = 0;
+    MPI_Get_count(&st, MPI_BYTE, &bytes);
+    return std::optional<detail::Envelope>{detail::Envelope{from, with, static_cast<std::size_t>(std::max(bytes, 0))}};
+  }
+}
+
+template <class Policies>
+bool BasicMpi<Policies>::drain(const std::optional<detail::Clock::time_point>& deadline, std::uint64_t upto,
+           Guard& guard, std::optional<Error>& first) {
+  unsigned idle = 0;
+  for (;;) {
+    const bool progressed = poll_once(first);
+    if (!pending_upto(upto)) return true;
+    if (deadline && detail::Clock::now() >= *deadline) return false;
+    guard.unlock();
+    if (progressed) {
+      idle = 0;
+    } else {
+      detail::mpi::back_off(idle);
+    }
+    guard.lock();
+  }
+}
+
+template <class Policies>
+Status BasicMpi<Policies>::sync_impl() {
+  const auto c = detail::CallDesc::plain(detail::Call::sync);
+  if (!live(0)) [[unlikely]] return enter(c, 0);
+  // Nothing posted since the last complete sync (blocking collectives post
+  // nothing): no lock, no polling. Measured in docs/mpi.md.
+  if (!state_->pool.busy()) [[likely]] return {};
+  const auto dl = deadline();
+  auto guard = lock();
+  return complete(c, guard, dl);
+}
+
+template <class Policies>
+Status BasicMpi<Policies>::barrier_impl() {
+  const auto c = detail::CallDesc::plain(detail::Call::barrier);
+  if (!live(0)) [[unlikely]] return enter(c, 0);
+  const auto dl = deadline();
+  auto guard = lock();
+  if (auto s = complete(c, guard, dl); !s) return s;
+  if (auto s = check(c, dl); !s) return s;
+  if (!state_->options.op_timeout) {
+    const int rc = MPI_Barrier(state_->comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Barrier");
+    return {};
+  }
+  // Bounded: an MPI_Ibarrier completed by the same polling loop.
+  MPI_Request req = MPI_REQUEST_NULL;
+  const int rc = MPI_Ibarrier(state_->comm, &req);
+  if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ibarrier");
+  state_->pool.add(req, numbered(c), MPI_DATATYPE_NULL);
+  return complete(c, guard, dl);
+}
+
+template <class Policies>
+Result<std::optional<BasicMpi<Policies>>> BasicMpi<Policies>::split_impl(std::uint32_t color, std::uint32_t key) {
+  const auto c = detail::CallDesc::plain(detail::Call::split);
+  if (auto s = enter(c, 0); !s) return tl::unexpected(std::move(s.error()));
+  const auto dl = deadline();
+  auto guard = lock();
+  if (auto s = check(c, dl); !s) return tl::unexpected(std::move(s.error()));
+  // MPI wants non-negative int colors and int keys; polycoll's are any
+  // uint32. Gather everyone's (color, key) and give MPI dense equivalents:
+  // the color's position among the distinct colors, the rank's position in
+  // its (key, old rank) order. Every rank computes the same answer, so a
+  // bad value cannot leave some ranks in the collective and others not.
+  // The exchange is bounded by op_timeout; once it completed every rank has
+  // entered split, so MPI_Comm_split (which has no nonblocking form) cannot
+  // wait for a rank that never comes.
+  const std::size_t w = state_->size;
+  auto& x = state_->xbuf;
+  try {
+    if (x.size() < 2 * (w + 1)) x.resize(2 * (w + 1));
+  } catch (const std::bad_alloc&) {
+    return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory"));
+  }
+  x[2 * w] = color;
+  x[2 * w + 1] = key;
+  if (auto s = exchange(c, 2, dl); !s) return tl::unexpected(std::move(s.error()));
+  const std::uint64_t* all = x.data();
+  int mpi_color = MPI_UNDEFINED;
+  int mpi_key = 0;
+  if (color != no_color) {
+    std::vector<std::uint32_t> colors;
+    for (std::size_t q = 0; q < w; ++q) {
+      if (all[2 * q] != no_color) colors.push_back(static_cast<std::uint32_t>(all[2 * q]));
+    }
+    std::sort(colors.begin(), colors.end());
+    colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
+    mpi_color = static_cast<int>(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+    for (std::size_t q = 0; q < w; ++q) {
+      if (all[2 * q] == color && (all[2 * q + 1] < key || (all[2 * q + 1] == key && q < state_->rank))) ++mpi_key;
+    }
+  }
+  MPI_Comm sub = MPI_COMM_NULL;
+  const int rc = MPI_Comm_split(state_->comm, mpi_color, mpi_key, &sub);
+  if (rc != MPI_SUCCESS) return tl::unexpected(mpi_error(c, rc, "MPI_Comm_split").error());
+  if (sub == MPI_COMM_NULL) return std::optional<BasicMpi>{};
+  guard.unlock();
+  auto made = make("split()", sub, Mode::adopt, state_->options);
+  if (!made) {
+    MPI_Comm_free(&sub);
+    return tl::unexpected(this->error(made.error().code, c, made.error().message, made.error().native));
+  }
+  return std::optional<BasicMpi>{std::move(*made)};
+}
+
+template <class Policies>
+void BasicMpi<Policies>::release() noexcept {
+  if (!state_) return;
+  State& s = *state_;
+  try {
+    const bool usable = detail::mpi::mpi_usable();
+    auto guard = lock();
+    if (!s.pool.empty() && !usable) {
+      log(LogLevel::warning, detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed after "
+                                         "MPI_Finalize with ", s.pool.size(), " pending operation(s): ",
+                                         pending_text(), "; nothing can be released"));
+    } else if (!s.pool.empty()) {
+      std::optional<Error> ignored;  // errors of operations nobody waits for any more
+      (void)drain(detail::Clock::now() + s.options.drop_timeout, s.seq, guard, ignored);
+      if (!s.pool.empty()) {
+        const std::string names = pending_text();
+        std::size_t leaked = 0;
+        for (std::size_t i = 0; i < s.pool.size(); ++i) {
+          MPI_Request& r = s.pool.request(i);
+          const auto call = s.pool.pending(i).call.call;
+          if (r == MPI_REQUEST_NULL) {
+            continue;  // an unmatched receive: nothing was posted to MPI
+          } else if (call == detail::Call::send || call == detail::Call::recv) {
+            MPI_Request_free(&r);  // completes on its own; MPI may still touch the buffer
+            // A small send's copy is polycoll's: leak it rather than free it under MPI.
+            (void)s.pool.pending(i).scratch.release();
+          } else {
+            ++leaked;  // MPI forbids freeing or cancelling a nonblocking collective
+            // MPI may still write its scratch block: leak it rather than free it under MPI.
+            (void)s.pool.pending(i).scratch.release();
+          }
+        }
+        log(LogLevel::warning,
+            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed with ", s.pool.size(),
+                        " pending operation(s) after waiting ", s.options.drop_timeout.count(),
+                        " ms: unmatched receives withdrawn, posted sends/receives released to MPI",
+                        leaked ? ", collectives left to MPI" : "", "; dropped: ", names));
+      }
+      s.pool.clear();
+    }
+    if (usable) {
+      if (!s.shm.release(s.options.drop_timeout)) {
+        log(LogLevel::warning,
+            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: it and its peer did not "
+                        "meet within drop_timeout (", s.options.drop_timeout.count(),
+                        " ms) to free the shared-memory window of the 2-rank all_reduce together; "
+                        "the window is left to MPI_Finalize"));
+      }
+      if (s.pair_comm != MPI_COMM_NULL) MPI_Comm_free(&s.pair_comm);
+      if (s.owned) {
+        MPI_Comm_free(&s.comm);
+      } else if (s.saved != MPI_ERRHANDLER_NULL) {
+        MPI_Comm_set_errhandler(s.comm, s.saved);
+        MPI_Errhandler_free(&s.saved);
+      }
+    }
+  } catch (...) {
+    // Only message formatting can throw (bad_alloc); the contract is to never throw.
+  }
+  state_.reset();
+}
+
+template <class Policies>
+template <DType D, ReduceOp Op, class T>
+Status BasicMpi<Policies>::all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count) {
+  return all_reduce_into(d, o, static_cast<const T*>(nullptr), buf, count);
+}
+
+template <class Policies>
+template <DType D, ReduceOp Op, class T>
+Status BasicMpi<Policies>::all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count) {
+  return all_reduce_into(d, o, send, recv, count);
+}
+
+template <class Policies>
+template <DType D, ReduceOp Op, class T>
+Status BasicMpi<Policies>::all_reduce_value_impl(dtype_tag<D> d, op_tag<Op> o, T* value) {
+  if constexpr (!nonblocking) {
+    if (!deadline()) return all_reduce_impl(d, o, value, 1);
+  }
+  std::unique_ptr<T> cell;
+  try {
+    cell = std::make_unique<T>(*value);
+  } catch (const std::bad_alloc&) {
+    return tl::unexpected(this->error(Errc::backend_failure,
+                                      detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, Op),
+                                      "out of memory for the one-value cell"));
+  }
+  Status st = all_reduce_impl(d, o, cell.get(), 1);
+  if (st && nonblocking) st = sync_impl();
+  if (!st) {
+    (void)cell.release();  // MPI may still write it
+    return st;
+  }
+  *value = *cell;
+  return {};
+}
+
+template <class Policies>
+template <DType D, ReduceOp Op, class T>
+Status BasicMpi<Policies>::reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count) {
+  const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op);
+  if (!live(count)) [[unlikely]] return enter(c, count);
+  const std::size_t w = state_->size;
+  // In place (recv is this rank's block of send): the result goes to a
+  // scratch block first (below). Any other overlap of send and recv was
+  // rejected by the front end.
+  const bool in_place = count != 0 && static_cast<const void*>(recv) == static_cast<const void*>(send + state_->rank * count);
+  int rc = MPI_SUCCESS;
+  const MPI_Op op = op_for<D, Op>(rc, count * w * sizeof(T));
+  if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const int n = static_cast<int>(count);
+  const auto dl = deadline();
+  auto guard = lock();
+  if (auto s = check(c, dl); !s) return s;
+  // The in-place form changes the rank's own block of send and nothing
+  // else, as on every backend. MPI_IN_PLACE cannot do that: it leaves the
+  // result in block 0, another rank's input on every rank but 0. So MPI
+  // reduces send into a scratch block (its recv may not overlap send), and
+  // the result is copied into the rank's block once complete. The scratch is
+  // reused by blocking calls and owned by the pending entry of a posted one.
+  T* result = recv;
+  std::unique_ptr<std::byte[]> owned;
+  if (in_place) {
+    try {
+      if (nonblocking || dl) {
+        owned = std::make_unique_for_overwrite<std::byte[]>(count * sizeof(T));
+        result = reinterpret_cast<T*>(owned.get());
+      } else {
+        if (state_->reduce_scatter_scratch.size() < count * sizeof(T)) {
+          state_->reduce_scatter_scratch.resize(count * sizeof(T));
+        }
+        result = reinterpret_cast<T*>(state_->reduce_scatter_scratch.data());
+      }
+    } catch (const std::bad_alloc&) {
+      return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory (the in-place result block)"));
+    }
+  }
+  if (nonblocking || dl) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    rc = MPI_Ireduce_scatter_block(send, result, n, dt, op, state_->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ireduce_scatter_block");
+    detail::mpi::Finish f;
+    constexpr bool avg = Op == ReduceOp::Avg;
+    if (in_place) {
+      f = {&detail::mpi::move_finish<D, avg>, recv, result, count, w};
+    } else if constexpr (avg) {
+      f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, w};
+    }
+    return posted(req, c, dt, f, "MPI_Ireduce_scatter_block", dl, std::move(owned));
+  } else {
+    rc = MPI_Reduce_scatter_block(send, result, n, dt, op, state_->comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Reduce_scatter_block");
+    if (in_place) std::memcpy(static_cast<void*>(recv), result, count * sizeof(T));
+    if constexpr (Op == ReduceOp::Avg) kernels::divide(d, recv, count, w);
+  }
+  return {};
+}
+
+template <class Policies>
+template <DType D, class T>
+Status BasicMpi<Policies>::broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
+  const auto c = detail::CallDesc::rooted(detail::Call::broadcast, count, D, root);
+  if (!live(count)) [[unlikely]] return enter(c, count);
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const int n = static_cast<int>(count), r = static_cast<int>(root);
+  return collective(c, dt, "MPI_Bcast", "MPI_Ibcast", [&](MPI_Request* req) {
+    return req ? MPI_Ibcast(buf, n, dt, r, state_->comm, req) : MPI_Bcast(buf, n, dt, r, state_->comm);
+  });
+}
+
+template <class Policies>
+template <DType D, class T>
+Status BasicMpi<Policies>::all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+  const auto c = detail::CallDesc::movement(detail::Call::all_gather, count, D);
+  if (!live(count)) [[unlikely]] return enter(c, count);
+  // Any other overlap of send and recv was rejected by the front end.
+  const bool in_place = count != 0 && static_cast<const void*>(send) == static_cast<const void*>(recv + state_->rank * count);
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const int n = static_cast<int>(count);
+  const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
+  return collective(c, dt, "MPI_Allgather", "MPI_Iallgather", [&](MPI_Request* req) {
+    return req ? MPI_Iallgather(sbuf, n, dt, recv, n, dt, state_->comm, req)
+               : MPI_Allgather(sbuf, n, dt, recv, n, dt, state_->comm);
+  });
+}
+
+template <class Policies>
+template <DType D, ReduceOp Op, class T>
+Status BasicMpi<Policies>::reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count,
+                   std::size_t root) {
+  auto c = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
+  c.root = root;
+  if (!live(count)) [[unlikely]] return enter(c, count);
+  int rc = MPI_SUCCESS;
+  const MPI_Op op = op_for<D, Op>(rc, count * sizeof(T));
+  if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const bool at_root = state_->rank == root;
+  const void* sbuf = at_root && count != 0 && static_cast<const void*>(recv) == static_cast<const void*>(send)
+                         ? MPI_IN_PLACE
+                         : static_cast<const void*>(send);
+  const int n = static_cast<int>(count), r = static_cast<int>(root);
+  detail::mpi::Finish f;  // Avg: the root divides the sum once it is complete
+  if constexpr (Op == ReduceOp::Avg) {
+    if (at_root) f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, state_->size};
+  }
+  return collective(c, dt, "MPI_Reduce", "MPI_Ireduce", [&](MPI_Request* req) {
+    return req ? MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, req)
+               : MPI_Reduce(sbuf, recv, n, dt, op, r, state_->comm);
+  }, f);
+}
+
+template <class Policies>
+template <DType D, class T>
+Status BasicMpi<Policies>::gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+  const auto c = detail::CallDesc::rooted(detail::Call::gather, count, D, root);
+  if (!live(count)) [[unlikely]] return enter(c, count);
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const bool in_place = state_->rank == root && count != 0 &&
+                        static_cast<const void*>(send) == static_cast<const void*>(recv + root * count);
+  const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
+  const int n = static_cast<int>(count);
+  return collective(c, dt, "MPI_Gather", "MPI_Igather", [&](MPI_Request* req) {
+    return req ? MPI_Igather(sbuf, n, dt, recv, n, dt, static_cast<int>(root), state_->comm, req)
+               : MPI_Gather(sbuf, n, dt, recv, n, dt, static_cast<int>(root), state_->comm);
+  });
+}
+
+template <class Policies>
+template <DType D, class T>
+Status BasicMpi<Policies>::scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+  const auto c = detail::CallDesc::rooted(detail::Call::scatter, count, D, root);
+  if (!live(count)) [[unlikely]] return enter(c, count);
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const bool in_place = state_->rank == root && count != 0 &&
+                        static_cast<const void*>(recv) == static_cast<const void*>(send + root * count);
+  void* rbuf = in_place ? MPI_IN_PLACE : static_cast<void*>(recv);
+  const int n = static_cast<int>(count);
+  return collective(c, dt, "MPI_Scatter", "MPI_Iscatter", [&](MPI_Request* req) {
+    return req ? MPI_Iscatter(send, n, dt, rbuf, n, dt, static_cast<int>(root), state_->comm, req)
+               : MPI_Scatter(send, n, dt, rbuf, n, dt, static_cast<int>(root), state_->comm);
+  });
+}
+
+template <class Policies>
+template <DType D, class T>
+Status BasicMpi<Policies>::all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+  const auto c = detail::CallDesc::movement(detail::Call::all_to_all, count, D);
+  if (!live(count)) [[unlikely]] return enter(c, count);
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const int n = static_cast<int>(count);
+  return collective(c, dt, "MPI_Alltoall", "MPI_Ialltoall", [&](MPI_Request* req) {
+    return req ? MPI_Ialltoall(send, n, dt, recv, n, dt, state_->comm, req)
+               : MPI_Alltoall(send, n, dt, recv, n, dt, state_->comm);
+  });
+}
+
+template <class Policies>
+template <DType D, class T>
+Status BasicMpi<Policies>::all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv,
+                         const detail::VLayout& layout) {
+  const auto c = detail::CallDesc::movement(detail::Call::all_gather_v, layout.total(), D);
+  if (!live(send_count)) [[unlikely]] return enter(c, send_count);
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const bool in_place =
+      send_count != 0 && static_cast<const void*>(send) == static_cast<const void*>(recv + layout.displ(state_->rank));
+  if (state_->size == 1) {
+    // MPICH 4.0's MPI_Allgatherv on one rank ignores the displacement
+    // (writes block 0 at offset 0; tests/conformance_collectives.hpp
+    // catches it), and a local move is all that is needed anyway.
+    T* dst = recv + layout.displ(0);
+    if (!in_place && send_count != 0) std::memmove(static_cast<void*>(dst), send, send_count * sizeof(T));
+    return {};
+  }
+  const auto dl = deadline();
+  auto guard = lock();
+  if (auto s = check(c, dl); !s) return s;
+  if (auto s = to_ints(c, {&layout}); !s) return s;
+  const int* ints = state_->v_ints.data();
+  const std::size_t w = state_->size;
+  const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
+  const int sn = static_cast<int>(send_count);
+  if (dl) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    const int rc = MPI_Iallgatherv(sbuf, sn, dt, recv, ints, ints + w, dt, state_->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallgatherv");
+    return await_v(req, c, dt, "MPI_Iallgatherv", dl);
+  }
+  const int rc = MPI_Allgatherv(sbuf, sn, dt, recv, ints, ints + w, dt, state_->comm);
+  if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allgatherv");
+  return {};
+}
+
+template <class Policies>
+template <DType D, class T>
+Status BasicMpi<Policies>::all_to_all_v_impl(dtype_tag<D>, const T* send, const detail::VLayout& sl, T* recv,
+                         const detail::VLayout& rl) {
+  const auto c = detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D);
+  if (!live(0)) [[unlikely]] return enter(c, 0);
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const auto dl = deadline();
+  auto guard = lock();
+  if (auto s = check(c, dl); !s) return s;
+  if (auto s = to_ints(c, {&sl, &rl}); !s) return s;
+  const int* ints = state_->v_ints.data();
+  const std::size_t w = state_->size;
+  if (dl) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    const int rc = MPI_Ialltoallv(send, ints, ints + w, dt, recv, ints + 2 * w, ints + 3 * w, dt, state_->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ialltoallv");
+    return await_v(req, c, dt, "MPI_Ialltoallv", dl);
+  }
+  const int rc =
+      MPI_Alltoallv(send, ints, ints + w, dt, recv, ints + 2 * w, ints + 3 * w, dt, state_->comm);
+  if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Alltoallv");
+  return {};
+}
+
+template <class Policies>
+template <DType D, class T>
+Status BasicMpi<Policies>::send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
+  const auto c = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
+  if (!live(count)) [[unlikely]] return enter(c, count);
+  if (auto s = check_tag(c, tag); !s) return s;
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  auto guard = lock();
+  const std::size_t bytes = count * sizeof(T);
+  // A small send is sent from a copy made now (detail::eager_bytes), as on
+  // every backend: MPI may read the caller's buffer until the request
+  // completes (MPICH does so for a send to self), so without it a buffer
+  // reused before sync() would send its later contents on some paths only.
+  std::unique_ptr<std::byte[]> copy;
+  const void* from = ptr;
+  if (bytes != 0 && bytes <= detail::eager_bytes) {
+    try {
+      copy = state_->pool.take_eager();  // recycled: no allocation in steady state
+      std::memcpy(copy.get(), ptr, bytes);
+      from = copy.get();
+    } catch (const std::bad_alloc&) {
+      return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory copying a small send"));
+    }
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  const int rc = MPI_Isend(from, static_cast<int>(count), dt, static_cast<int>(dest), static_cast<int>(tag),
+                           state_->comm, &req);
+  if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Isend");
+  state_->pool.add_send(req, numbered(c), dt, std::move(copy));
+  // Recorded once posted: a send that returned an error is not checked.
+  if (state_->check) [[unlikely]] state_->ledger.record(numbered(c), ptr, bytes);
+  return {};
+}
+
+template <class Policies>
+template <DType D, class T>
+Status BasicMpi<Policies>::recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
+  const auto c = detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag);
+  if (!live(count)) [[unlikely]] return enter(c, count);
+  if (auto s = check_tag(c, tag); !s) return s;
+  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  auto guard = lock();
+  // Matched later with MPI_Improbe, so that a message larger than the buffer
+  // is detected (with its size) before it is received: a truncating
+  // MPI_Irecv would report the error through MPI_Wait, which MPICH raises on
+  // MPI_COMM_WORLD's error handler (fatal by default), not on ours.
+  state_->pool.add_unmatched(numbered(c), dt, ptr);
+  // Try at once: a message already here is received straight into place,
+  // unless an earlier receive from the same (src, tag) is still unmatched:
+  // that one must get the earlier message (MPI's non-overtaking order).
+  const std::size_t last = state_->pool.size() - 1;
+  if (!blocked_by_earlier(last)) (void)try_match(last, state_->deferred);
+  state_->pool.compact();
+  return {};
+}
+
+/// @cond POLYCOLL_LIBRARY_INTERNALS
+// `Prefix template` for Mpi's (the default policies') calls of one valid
+// (dtype, op) pair and of one dtype, with the element type the front end
+// passes (dtype_tag<D>::type): `extern` declares, empty defines (src/mpi.cpp).
+#define POLYCOLL_DETAIL_MPI_PAIR(Prefix, D, Op)                                                                   \
+  Prefix template Status Mpi::all_reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                        \
+                                              dtype_tag<DType::D>::type*, std::size_t);                         \
+  Prefix template Status Mpi::all_reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                        \
+                                              const dtype_tag<DType::D>::type*, dtype_tag<DType::D>::type*,     \
+                                              std::size_t);                                                     \
+  Prefix template Status Mpi::all_reduce_value_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                  \
+                                                    dtype_tag<DType::D>::type*);                                \
+  Prefix template Status Mpi::reduce_scatter_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                    \
+                                                  const dtype_tag<DType::D>::type*, dtype_tag<DType::D>::type*, \
+                                                  std::size_t);                                                 \
+  Prefix template Status Mpi::reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                            \
+                                          const dtype_tag<DType::D>::type*, dtype_tag<DType::D>::type*,         \
+                                          std::size_t, std::size_t);
+#define POLYCOLL_DETAIL_MPI_DTYPE(Prefix, D)                                                                      \
+  Prefix template Status Mpi::broadcast_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,      \
+                                             std::size_t);                                                      \
+  Prefix template Status Mpi::all_gather_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,            \
+                                              dtype_tag<DType::D>::type*, std::size_t);                         \
+  Prefix template Status Mpi::gather_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,                \
+                                          dtype_tag<DType::D>::type*, std::size_t, std::size_t);                \
+  Prefix template Status Mpi::scatter_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,               \
+                                           dtype_tag<DType::D>::type*, std::size_t, std::size_t);               \
+  Prefix template Status Mpi::all_to_all_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,            \
+                                              dtype_tag<DType::D>::type*, std::size_t);                         \
+  Prefix template Status Mpi::all_gather_v_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,          \
+                                                std::size_t, dtype_tag<DType::D>::type*, const detail::VLayout&); \
+  Prefix template Status Mpi::all_to_all_v_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,          \
+                                                const detail::VLayout&, dtype_tag<DType::D>::type*,             \
+                                                const detail::VLayout&);                                        \
+  Prefix template Status Mpi::send_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*, std::size_t,     \
+                                        std::size_t, std::uint32_t);                                            \
+  Prefix template Status Mpi::recv_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,           \
+                                        std::size_t, std::uint32_t);
+/// @endcond
+
+// libpolycoll holds Mpi, the default policies: its members, its seed surface
+// (and so AnyCommunicator's table for it), and every collective and
+// point-to-point call of it for each dtype and valid (dtype, op) pair, so a
+// typed call in a user TU compiles to a call into the library (as for
+// Threads). The members defined out of the class are not inline, so the
+// `extern template` suppresses them. Other policy bundles instantiate inline.
 #if !defined(POLYCOLL_HEADER_ONLY)
+extern template class BasicMpi<mpi::DefaultPolicies>;
 extern template class Communicator<Mpi>;
 extern template const AnyCommunicator::VTable& AnyCommunicator::vtable_of<Mpi>() noexcept;
+#if !defined(POLYCOLL_DETAIL_BUILDING_LIBRARY)
+#define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_MPI_PAIR(extern, D, Op)
+POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR(POLYCOLL_DETAIL_X)
+#undef POLYCOLL_DETAIL_X
+#define POLYCOLL_DETAIL_X(D) POLYCOLL_DETAIL_MPI_DTYPE(extern, D)
+POLYCOLL_DETAIL_FOR_EACH_DTYPE(POLYCOLL_DETAIL_X)
+#undef POLYCOLL_DETAIL_X
+#endif
 #endif
 
 }  // namespace polycoll

@@ -39,6 +39,7 @@
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/layout.hpp>
+#include <polycoll/detail/linkage.hpp>
 #include <polycoll/detail/send_check.hpp>
 #include <polycoll/detail/on_error.hpp>
 #include <polycoll/detail/wait.hpp>
@@ -130,28 +131,7 @@ class Threads : public Communicator<Threads> {
   Threads(std::shared_ptr<World> world, std::size_t rank) noexcept : world_(std::move(world)), rank_(rank) {}
 
   // create() before Options::on_error has its say.
-  static Result<std::vector<Threads>> make(std::size_t n, const Options& options) {
-    if (auto s = detail::check_on_error_environment(detail::cat("Threads::create(n=", n, ") [threads]")); !s)
-      return tl::unexpected(std::move(s.error()));
-    if (n == 0) return fail(Errc::invalid_argument, "Threads::create(n=0) [threads]: a world needs at least one rank");
-    if (const char* what = detail::threads::World::too_large(n);
-        what != nullptr || n > std::vector<Threads>().max_size()) [[unlikely]] {
-      return fail(Errc::invalid_argument, detail::cat("Threads::create(n=", n, ") [threads]: too many ranks: the size of ",
-                                                      what != nullptr ? what : "the communicator list",
-                                                      " overflows the address space"));
-    }
-    try {
-      auto world = std::make_shared<detail::threads::World>(n, options);
-      std::vector<Threads> comms;
-      comms.reserve(n);
-      for (std::size_t r = 0; r < n; ++r) comms.push_back(Threads(world, r));
-      return comms;
-    } catch (const std::bad_alloc&) {
-      return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
-    } catch (const std::length_error&) {
-      return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
-    }
-  }
+  static Result<std::vector<Threads>> make(std::size_t n, const Options& options);
 
   // run() before Options::on_error has its say.
   template <class F>
@@ -230,49 +210,12 @@ class Threads : public Communicator<Threads> {
     detail::CallDesc call;
   };
 
-  Result<Collective> begin(detail::CallDesc call) {
-    if (!world_) return tl::unexpected(moved_from(call));
-    RankState& m = me();
-    std::unique_lock lock(m.submit);
-    if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
-    call.seq = ++m.seq;
-    if (world_->check) m.current[next_parity()] = call;  // read by peers after the call's first phase
-    return Collective{std::move(lock), call};
-  }
+  Result<Collective> begin(detail::CallDesc call);
 
   // Announces the next phase in this rank's arrival line and waits until every
   // peer has announced it. Each rank writes only its own line and reads the
   // others', so no cache line is written by two cores.
-  Status phase(const detail::CallDesc& call, std::optional<detail::Clock::time_point> deadline) {
-    RankState& m = me();
-    World& w = *world_;
-    const std::uint32_t p = ++m.phases;
-    auto& mine = m.line[p & 1].phase;
-    mine.store(p, std::memory_order_release);
-    mine.notify_all();  // a load of the waiter count unless someone sleeps on it
-    for (std::size_t q = 0; q < w.n; ++q) {
-      if (q == rank_) continue;
-      const auto r = detail::wait_until(
-          peer(q).line[p & 1].phase, [p](std::uint32_t v) { return detail::threads::reached(v, p); }, w.aborted,
-          deadline, w.spin);
-      if (r == detail::WaitResult::ready) continue;
-      if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
-      std::string missing;
-      for (std::size_t k = 0; k < w.n; ++k) {
-        if (!detail::threads::reached(peer(k).line[p & 1].phase.load(std::memory_order_acquire), p)) {
-          missing += detail::cat(missing.empty() ? "" : ", ", k);
-        }
-      }
-      const std::string waited =
-          detail::cat("timed out after ", w.options.op_timeout->count(), " ms waiting for rank(s) ", missing,
-                      " to arrive");
-      const std::string what =
-          detail::cat(waited, "; pending: ", pending_text(&call), "; the communicator is aborted");
-      w.abort(detail::cat("rank ", rank_, " ", waited, " in ", detail::describe(call)));
-      return tl::unexpected(error(Errc::timeout, call, what));
-    }
-    return {};
-  }
+  Status phase(const detail::CallDesc& call, std::optional<detail::Clock::time_point> deadline);
 
   // Parity of the next phase this rank will announce: latency-path data for
   // that phase goes into line[parity] or scratch parity `parity`.
@@ -292,20 +235,7 @@ class Threads : public Communicator<Threads> {
   // that all ranks published, so a mismatch is Errc::mismatch on every rank
   // instead of a hang or corrupted data. Fingerprints are double-buffered by
   // phase parity, like the latency-path data.
-  Status arrive(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
-    const unsigned parity = next_parity();
-    if (auto s = phase(call, dl); !s) return s;
-    if (!world_->check) return {};
-    std::string diff;
-    for (std::size_t q = 0; q < world_->n; ++q) {
-      const detail::CallDesc& other = peer(q).current[parity];
-      if (!detail::same_collective(other, call)) {
-        diff += detail::cat(diff.empty() ? "" : "; ", "rank ", q, " called ", detail::describe(other));
-      }
-    }
-    if (diff.empty()) return {};
-    return tl::unexpected(error(Errc::mismatch, call, detail::cat("consistency check failed: ", diff)));
-  }
+  Status arrive(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl);
 
   std::optional<detail::Clock::time_point> deadline() const { return detail::deadline_after(world_->options.op_timeout); }
 
@@ -321,126 +251,16 @@ class Threads : public Communicator<Threads> {
   // ------------------------------------------------------------ collectives
 
   template <DType D, ReduceOp Op, class T>
-  Status all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count) {
-    auto c = begin(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    const std::size_t n = world_->n;
-    const std::size_t bytes = count * sizeof(T);
-    if (n == 1) {
-      return {};  // avg over one rank divides by 1
-    }
-    if (bytes <= detail::threads::small_bytes) {
-      const unsigned parity = next_parity();
-      detail::threads::copy(outbox(bytes, parity), buf, bytes);
-      if (auto s = arrive(c->call, dl); !s) return s;
-      if (n == 2 && Op != ReduceOp::Avg) {
-        // The common 2-rank case: one binary step in rank order (the same
-        // rounding as the fold), my own contribution read from my buffer.
-        const T* other = reinterpret_cast<const T*>(inbox(1 - rank_, bytes, parity));
-        kernels::combine(d, o, buf, rank_ == 0 ? buf : other, rank_ == 0 ? other : buf, count);
-        return {};
-      }
-      detail::threads::Sources<T> src(n);
-      for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(inbox(q, bytes, parity));
-      kernels::combine_n(d, o, buf, src.data(), n, count, n);
-      return {};
-    }
-    RankState& m = me();
-    m.recv = buf;
-    if (auto s = arrive(c->call, dl); !s) return s;
-    reduce_own_slice(d, o, buf, count, [&](std::size_t q) { return static_cast<const T*>(peer(q).recv); });
-    if (auto s = phase(c->call, dl); !s) return s;
-    for (std::size_t q = 0; q < n; ++q) {
-      if (q == rank_) continue;
-      const auto [lo, hi] = slice(count, sizeof(T), q);
-      if (hi > lo) detail::threads::copy(buf + lo, static_cast<const T*>(peer(q).recv) + lo, (hi - lo) * sizeof(T));
-    }
-    return phase(c->call, dl);
-  }
+  Status all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count);
 
   template <DType D, ReduceOp Op, class T>
-  Status reduce_scatter_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count) {
-    auto c = begin(detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    const std::size_t n = world_->n;
-    if (n == 1) {
-      if (count != 0 && static_cast<const void*>(send) != static_cast<const void*>(recv)) {
-        std::memmove(recv, send, count * sizeof(T));
-      }
-      return {};
-    }
-    const std::size_t bytes = n * count * sizeof(T);
-    detail::threads::Sources<T> src(n);
-    RankState& m = me();
-    if (bytes <= detail::threads::small_bytes) {
-      const unsigned parity = next_parity();
-      detail::threads::copy(outbox(bytes, parity), send, bytes);
-      if (auto s = arrive(c->call, dl); !s) return s;
-      for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(inbox(q, bytes, parity)) + rank_ * count;
-      kernels::combine_n(d, o, recv, src.data(), n, count, n);
-      return {};
-    }
-    m.send = send;
-    if (auto s = arrive(c->call, dl); !s) return s;
-    // In rank order, as on the latency path; an in-place recv (= send +
-    // rank*count) is exactly source rank_, which combine_n allows.
-    for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + rank_ * count;
-    kernels::combine_n(d, o, recv, src.data(), n, count, n);
-    return phase(c->call, dl);
-  }
+  Status reduce_scatter_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count);
 
   template <DType D, class T>
-  Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
-    auto c = begin(detail::CallDesc::rooted(detail::Call::broadcast, count, D, root));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    if (world_->n == 1) return {};
-    const std::size_t bytes = count * sizeof(T);
-    RankState& m = me();
-    if (bytes <= detail::threads::small_bytes) {
-      const unsigned parity = next_parity();
-      if (rank_ == root) detail::threads::copy(outbox(bytes, parity), buf, bytes);
-      if (auto s = arrive(c->call, dl); !s) return s;
-      if (rank_ != root) detail::threads::copy(buf, inbox(root, bytes, parity), bytes);
-      return {};
-    }
-    m.recv = buf;
-    if (auto s = arrive(c->call, dl); !s) return s;
-    if (rank_ != root) detail::threads::copy(buf, peer(root).recv, bytes);
-    return phase(c->call, dl);
-  }
+  Status broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root);
 
   template <DType D, class T>
-  Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
-    auto c = begin(detail::CallDesc::movement(detail::Call::all_gather, count, D));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    const std::size_t n = world_->n;
-    const std::size_t bytes = count * sizeof(T);
-    RankState& m = me();
-    T* mine = recv + rank_ * count;
-    if (bytes != 0 && static_cast<const void*>(send) != static_cast<const void*>(mine)) {
-      std::memmove(mine, send, bytes);
-    }
-    if (n == 1) return {};
-    if (bytes <= detail::threads::small_bytes) {
-      const unsigned parity = next_parity();
-      detail::threads::copy(outbox(bytes, parity), mine, bytes);
-      if (auto s = arrive(c->call, dl); !s) return s;
-      for (std::size_t q = 0; q < n; ++q) {
-        if (q != rank_) detail::threads::copy(recv + q * count, inbox(q, bytes, parity), bytes);
-      }
-      return {};
-    }
-    m.send = mine;
-    if (auto s = arrive(c->call, dl); !s) return s;
-    for (std::size_t q = 0; q < n; ++q) {
-      if (q != rank_) detail::threads::copy(recv + q * count, peer(q).send, bytes);
-    }
-    return phase(c->call, dl);
-  }
+  Status all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count);
 
   // Rooted and all-to-all collectives: every rank publishes its buffers, one
   // phase, every rank moves the part it owns straight between the published
@@ -448,155 +268,27 @@ class Threads : public Communicator<Threads> {
   // still reads its buffers.
 
   template <DType D, ReduceOp Op, class T>
-  Status reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count, std::size_t root) {
-    auto desc = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
-    desc.root = root;
-    auto c = begin(desc);
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    const std::size_t n = world_->n;
-    if (n == 1) {
-      detail::threads::move(recv, send, count * sizeof(T));
-      return {};
-    }
-    RankState& m = me();
-    m.send = send;
-    m.recv = recv;
-    if (auto s = arrive(c->call, dl); !s) return s;
-    // This rank's slice of the result, folded in rank order straight into the
-    // root's recv; in place that is exactly source `root`, which combine_n allows.
-    const auto [lo, hi] = slice(count, sizeof(T), rank_);
-    if (hi > lo) {
-      detail::threads::Sources<T> src(n);
-      for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + lo;
-      kernels::combine_n(d, o, static_cast<T*>(peer(root).recv) + lo, src.data(), n, hi - lo, n);
-    }
-    return phase(c->call, dl);
-  }
+  Status reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count, std::size_t root);
 
   template <DType D, class T>
-  Status gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
-    auto c = begin(detail::CallDesc::rooted(detail::Call::gather, count, D, root));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    if (world_->n == 1) {
-      detail::threads::move(recv, send, count * sizeof(T));
-      return {};
-    }
-    me().recv = recv;
-    if (auto s = arrive(c->call, dl); !s) return s;
-    detail::threads::move(static_cast<T*>(peer(root).recv) + rank_ * count, send, count * sizeof(T));
-    return phase(c->call, dl);
-  }
+  Status gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root);
 
   template <DType D, class T>
-  Status scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
-    auto c = begin(detail::CallDesc::rooted(detail::Call::scatter, count, D, root));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    if (world_->n == 1) {
-      detail::threads::move(recv, send, count * sizeof(T));
-      return {};
-    }
-    me().send = send;
-    if (auto s = arrive(c->call, dl); !s) return s;
-    detail::threads::move(recv, static_cast<const T*>(peer(root).send) + rank_ * count, count * sizeof(T));
-    return phase(c->call, dl);
-  }
+  Status scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root);
 
   template <DType D, class T>
-  Status all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
-    auto c = begin(detail::CallDesc::movement(detail::Call::all_to_all, count, D));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    const std::size_t n = world_->n;
-    me().send = send;
-    if (n > 1) {
-      if (auto s = arrive(c->call, dl); !s) return s;
-    }
-    for (std::size_t q = 0; q < n; ++q) {
-      detail::threads::copy(recv + q * count, static_cast<const T*>(peer(q).send) + rank_ * count, count * sizeof(T));
-    }
-    return n > 1 ? phase(c->call, dl) : Status{};
-  }
+  Status all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count);
 
   template <DType D, class T>
-  Status all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv, const VLayout& layout) {
-    auto c = begin(detail::CallDesc::movement(detail::Call::all_gather_v, layout.total(), D));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    const std::size_t n = world_->n;
-    RankState& m = me();
-    m.send = send;
-    m.send_count = send_count;
-    if (n > 1) {
-      if (auto s = arrive(c->call, dl); !s) return s;
-    }
-    std::string bad;
-    layout.each([&](std::size_t q, std::size_t cnt, std::size_t displ) {
-      const std::size_t sent = peer(q).send_count;
-      if (sent != cnt) {
-        bad += detail::cat(bad.empty() ? "" : "; ", "rank ", q, " sends ", sent, ", recv_counts[", q, "] = ", cnt);
-      } else {
-        detail::threads::move(recv + displ, static_cast<const T*>(peer(q).send), cnt * sizeof(T));
-      }
-    });
-    if (n > 1) {
-      if (auto s = phase(c->call, dl); !s) return s;
-    }
-    if (!bad.empty()) return tl::unexpected(error(Errc::mismatch, c->call, detail::cat("counts disagree: ", bad)));
-    return {};
-  }
+  Status all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv, const VLayout& layout);
 
   template <DType D, class T>
-  Status all_to_all_v_impl(dtype_tag<D>, const T* send, const VLayout& sl, T* recv, const VLayout& rl) {
-    auto c = begin(detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    const std::size_t n = world_->n;
-    RankState& m = me();
-    m.send = send;
-    m.send_layout = sl;
-    if (n > 1) {
-      if (auto s = arrive(c->call, dl); !s) return s;
-    }
-    std::string bad;
-    Errc code = Errc::mismatch;
-    rl.each([&](std::size_t q, std::size_t cnt, std::size_t displ) {
-      const VLayout& theirs = peer(q).send_layout;
-      const std::size_t sent = theirs.count(rank_);
-      if (sent != cnt) {
-        if (sent > cnt) code = Errc::truncated;
-        bad += detail::cat(bad.empty() ? "" : "; ", "rank ", q, " sends ", sent, ", recv_counts[", q, "] = ", cnt);
-      } else {
-        detail::threads::copy(recv + displ, static_cast<const T*>(peer(q).send) + theirs.displ(rank_),
-                              cnt * sizeof(T));
-      }
-    });
-    if (n > 1) {
-      if (auto s = phase(c->call, dl); !s) return s;
-    }
-    if (!bad.empty()) return tl::unexpected(error(code, c->call, detail::cat("counts disagree: ", bad)));
-    return {};
-  }
+  Status all_to_all_v_impl(dtype_tag<D>, const T* send, const VLayout& sl, T* recv, const VLayout& rl);
 
   // p2p is posted as it is submitted and the exchange pattern cannot
   // deadlock, so a group has nothing to batch; it only nests.
-  Status group_start_impl() {
-    if (!world_) return tl::unexpected(moved_from(detail::CallDesc::plain(detail::Call::group_start)));
-    me().groups.fetch_add(1, std::memory_order_relaxed);
-    return {};
-  }
-  Status group_end_impl() {
-    const auto call = detail::CallDesc::plain(detail::Call::group_end);
-    if (!world_) return tl::unexpected(moved_from(call));
-    auto& g = me().groups;
-    std::size_t open = g.load(std::memory_order_relaxed);
-    do {
-      if (open == 0) return tl::unexpected(error(Errc::invalid_argument, call, "no open group (group_end without group_start)"));
-    } while (!g.compare_exchange_weak(open, open - 1, std::memory_order_relaxed));
-    return {};
-  }
+  Status group_start_impl();
+  Status group_end_impl();
 
   // Reduces this rank's slice of the in-place all_reduce in rank order, like
   // the latency path, so that every element of every size is folded
@@ -614,314 +306,746 @@ class Threads : public Communicator<Threads> {
   // ------------------------------------------------------------ point to point
 
   template <DType D, class T>
-  Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
-    const auto call = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
-    if (!world_) return tl::unexpected(moved_from(call));
-    if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
-    RankState& m = me();
-    RankState& box = peer(dest);
-    const std::size_t bytes = count * sizeof(T);
-    if (world_->check) [[unlikely]] m.ledger.record(call, ptr, bytes);
-    m.p2p_pending.fetch_add(1, std::memory_order_relaxed);
-    std::unique_lock lock(box.mailbox);
-    // The earliest posted receive that matches (MPI's order).
-    auto it = std::find_if(box.recvs.begin(), box.recvs.end(), [&](const detail::threads::PendingRecv& r) {
-      return detail::threads::matches(r.call.peer, r.call.tag, rank_, tag);
-    });
-    if (it == box.recvs.end()) {
-      detail::threads::PendingSend& s = box.sends.emplace_back();
-      s.ptr = ptr;
-      s.bytes = bytes;
-      s.src = rank_;
-      s.call = call;
-      if (bytes <= detail::threads::eager_bytes) {
-        detail::threads::copy(s.eager, ptr, bytes);
-        s.copied = true;
-      }
-      return {};
-    }
-    const detail::threads::PendingRecv r = *it;
-    box.recvs.erase(it);
-    lock.unlock();
-    detail::threads::PendingSend s;
-    s.ptr = ptr;
-    s.bytes = bytes;
-    s.src = rank_;
-    s.call = call;
-    deliver(s, r, dest);
-    return {};
-  }
+  Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag);
 
   template <DType D, class T>
-  Status recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
-    const auto call = detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag);
-    if (!world_) return tl::unexpected(moved_from(call));
-    if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
-    RankState& m = me();
-    m.p2p_pending.fetch_add(1, std::memory_order_relaxed);
-    std::unique_lock lock(m.mailbox);
-    // The earliest arrived send that matches: sends from one rank arrive in
-    // the order it posted them, so MPI's non-overtaking order holds, for a
-    // wildcard receive too.
-    auto it = std::find_if(m.sends.begin(), m.sends.end(), [&](const detail::threads::PendingSend& s) {
-      return detail::threads::matches(src, tag, s.src, s.call.tag);
-    });
-    if (it == m.sends.end()) {
-      m.recvs.push_back({ptr, count * sizeof(T), call});
-      return {};
-    }
-    detail::threads::PendingSend s;
-    s.take(*it);
-    m.sends.erase(it);
-    lock.unlock();
-    deliver(s, {ptr, count * sizeof(T), call}, rank_);
-    return {};
-  }
+  Status recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag);
 
   // The first unmatched send to this rank that a receive from (src, tag)
   // posted now would take; the mailbox holds exactly those (a send that finds
   // a posted receive is delivered at once).
-  Result<std::optional<detail::Envelope>> probe_impl(std::size_t src, std::uint32_t tag) {
-    const auto call = detail::CallDesc::p2p(detail::Call::probe, detail::npos, DType::U8, src, tag);
-    if (!world_) return tl::unexpected(moved_from(call));
-    if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
-    RankState& m = me();
-    std::lock_guard lock(m.mailbox);
-    for (const auto& s : m.sends) {
-      if (detail::threads::matches(src, tag, s.src, s.call.tag)) {
-        return std::optional<detail::Envelope>{detail::Envelope{s.src, s.call.tag, s.bytes}};
-      }
-    }
-    return std::optional<detail::Envelope>{};
-  }
+  Result<std::optional<detail::Envelope>> probe_impl(std::size_t src, std::uint32_t tag);
 
   // Copies a matched pair and completes both sides. Runs on whichever thread
   // posted the second half of the pair.
-  void deliver(const detail::threads::PendingSend& s, const detail::threads::PendingRecv& r, std::size_t receiver) {
-    RankState& rx = peer(receiver);
-    std::optional<Error> err;
-    if (s.call.dtype != r.call.dtype) {
-      err = detail::call_error(Errc::mismatch, r.call, receiver, world_->n, backend_name,
-                               detail::cat("matched ", detail::describe(s.call), " from rank ", s.src,
-                                           ", which sends another dtype"));
-    } else if (s.bytes > r.bytes) {
-      err = detail::call_error(Errc::truncated, r.call, receiver, world_->n, backend_name,
-                               detail::cat("message truncated: rank ", s.src, " sent ", s.call.count,
-                                           " elements with tag ", s.call.tag, ", recv posted for ", r.call.count));
-    } else if (s.bytes != 0) {
-      detail::threads::copy(r.ptr, s.data(), s.bytes);
-    }
-    if (err) {
-      std::lock_guard g(rx.error_mutex);
-      if (!rx.p2p_error) rx.p2p_error = std::move(err);
-    }
-    complete(peer(s.src));
-    complete(rx);
-  }
+  void deliver(const detail::threads::PendingSend& s, const detail::threads::PendingRecv& r, std::size_t receiver);
 
   static void complete(RankState& r) noexcept {
     r.p2p_pending.fetch_sub(1, std::memory_order_acq_rel);
     r.p2p_pending.notify_all();
   }
 
-  Status sync_impl() {
-    const auto call = detail::CallDesc::plain(detail::Call::sync);
-    if (!world_) return tl::unexpected(moved_from(call));
-    return drain(call, deadline());
-  }
+  Status sync_impl();
 
   // Waits until this rank's p2p operations completed; `call` names the blocking
   // point in the error (sync or barrier), `dl` is that point's one deadline.
   // Not moved-from (the callers check).
-  Status drain(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
-    World& w = *world_;
-    RankState& m = me();
-    const auto r = detail::wait_until(
-        m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, dl, w.spin);
-    if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
-    if (r == detail::WaitResult::timeout) {
-      const std::string pending = pending_text(nullptr);
-      const std::string what = detail::cat("timed out after ", w.options.op_timeout->count(), " ms; pending: ",
-                                           pending, "; the communicator is aborted");
-      w.abort(detail::cat("rank ", rank_, " timed out after ", w.options.op_timeout->count(), " ms in ",
-                          detail::describe(call), " with pending: ", pending));
-      return tl::unexpected(error(Errc::timeout, call, what));
-    }
-    // Every send of this rank completed: with the check on, none of their
-    // buffers may have changed since it was posted.
-    std::optional<detail::CallDesc> changed;
-    if (w.check) [[unlikely]] changed = m.ledger.verify();
-    std::lock_guard g(m.error_mutex);
-    if (m.p2p_error) {
-      Error e = std::move(*m.p2p_error);
-      m.p2p_error.reset();
-      return tl::unexpected(std::move(e));
-    }
-    if (changed) return tl::unexpected(error(Errc::mismatch, *changed, detail::send_changed_text));
-    return {};
-  }
+  Status drain(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl);
 
   // One deadline for both halves: draining p2p and the rendezvous together
   // stay within op_timeout.
-  Status barrier_impl() {
-    const auto call = detail::CallDesc::plain(detail::Call::barrier);
-    if (!world_) return tl::unexpected(moved_from(call));
-    const auto dl = deadline();
-    if (auto s = drain(call, dl); !s) return s;
-    auto c = begin(detail::CallDesc::plain(detail::Call::barrier));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    return arrive(c->call, dl);
-  }
+  Status barrier_impl();
 
   // ------------------------------------------------------------ split
 
-  Result<std::optional<Threads>> split_impl(std::uint32_t color, std::uint32_t key) {
-    auto c = begin(detail::CallDesc::plain(detail::Call::split));
-    if (!c) return tl::unexpected(std::move(c.error()));
-    const auto dl = deadline();
-    RankState& m = me();
-    m.color = color;
-    m.key = key;
-    m.split_result.reset();
-    if (auto s = arrive(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
-    // Members of my color ordered by (key, old rank); the first creates the world.
-    std::vector<std::size_t> members;
-    if (color != no_color) {
-      for (std::size_t q = 0; q < world_->n; ++q) {
-        if (peer(q).color == color) members.push_back(q);
-      }
-      std::stable_sort(members.begin(), members.end(),
-                       [&](std::size_t a, std::size_t b) { return peer(a).key < peer(b).key; });
-      if (members.front() == rank_) {
-        try {
-          m.split_result = std::make_shared<World>(members.size(), world_->options);
-        } catch (const std::bad_alloc&) {
-          m.split_result.reset();
-        }
-      }
-    }
-    if (auto s = phase(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
-    std::shared_ptr<World> sub;
-    std::size_t sub_rank = 0;
-    if (color != no_color) {
-      sub = peer(members.front()).split_result;
-      sub_rank = static_cast<std::size_t>(std::find(members.begin(), members.end(), rank_) - members.begin());
-    }
-    // Nobody may leave before every member copied the leader's pointer.
-    if (auto s = phase(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
-    m.split_result.reset();
-    if (color == no_color) return std::optional<Threads>{};
-    if (!sub) return tl::unexpected(error(Errc::backend_failure, c->call, "out of memory creating the sub-communicator"));
-    return std::optional<Threads>{Threads(std::move(sub), sub_rank)};
-  }
+  Result<std::optional<Threads>> split_impl(std::uint32_t color, std::uint32_t key);
 
   // ------------------------------------------------------------ diagnostics and teardown
 
   // "#4 all_reduce(...), #2 recv(...)": the collective in progress and this rank's unmatched p2p.
-  std::string pending_text(const detail::CallDesc* collective) const {
-    std::string s;
-    auto add = [&](const detail::CallDesc& c) {
-      if (!s.empty()) s += ", ";
-      s += detail::describe(c);
-    };
-    if (collective) add(*collective);
-    for (std::size_t q = 0; q < world_->n; ++q) {
-      RankState& box = peer(q);
-      std::lock_guard lock(box.mailbox);
-      for (const auto& snd : box.sends) {
-        if (snd.src == rank_) add(snd.call);
-      }
-      if (q == rank_) {
-        for (const auto& rcv : box.recvs) add(rcv.call);
-      }
-    }
-    return s.empty() ? "none" : s;
-  }
+  std::string pending_text(const detail::CallDesc* collective) const;
 
   // Removes this rank's unmatched operations from every mailbox; returns how many.
-  std::size_t cancel_unmatched(std::string& names) noexcept {
-    std::size_t removed = 0;
-    for (std::size_t q = 0; q < world_->n; ++q) {
-      RankState& box = peer(q);
-      std::lock_guard lock(box.mailbox);
-      auto mine = [&](const detail::threads::PendingSend& snd) { return snd.src == rank_; };
-      for (const auto& snd : box.sends) {
-        if (mine(snd)) names += detail::cat(names.empty() ? "" : ", ", detail::describe(snd.call));
-      }
-      const auto before = box.sends.size();
-      std::erase_if(box.sends, mine);
-      removed += before - box.sends.size();
-      if (q == rank_) {
-        for (const auto& rcv : box.recvs) names += detail::cat(names.empty() ? "" : ", ", detail::describe(rcv.call));
-        removed += box.recvs.size();
-        box.recvs.clear();
-      }
-    }
-    return removed;
-  }
+  std::size_t cancel_unmatched(std::string& names) noexcept;
 
   // The drop contract: wait at most drop_timeout for pending point-to-point
   // work, then log and withdraw it so no peer touches this rank's buffers.
-  void release() noexcept {
-    if (!world_) return;
-    try {
-      World& w = *world_;
-      RankState& m = me();
-      if (!w.aborted.load(std::memory_order_acquire) && m.p2p_pending.load(std::memory_order_acquire) != 0) {
-        const auto dl = detail::Clock::now() + w.options.drop_timeout;
-        const auto r = detail::wait_until(
-            m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, dl, w.spin);
-        if (r != detail::WaitResult::ready) {
-          std::string names;
-          const std::size_t removed = cancel_unmatched(names);
-          m.p2p_pending.fetch_sub(static_cast<std::uint32_t>(removed), std::memory_order_acq_rel);
-          // What remains was matched and is being copied right now: that ends shortly.
-          (void)detail::wait_until(
-              m.p2p_pending, [](std::uint32_t v) { return v == 0 || v >= (1u << 30); }, w.aborted,
-              detail::Clock::now() + std::chrono::milliseconds(100), w.spin);
-          log(LogLevel::warning, detail::cat("Threads communicator (rank ", rank_, " of ", w.n, ") destroyed with ",
-                                             removed, " unmatched operation(s) after waiting ",
-                                             w.options.drop_timeout.count(), " ms; dropped: ", names));
-        }
-      } else if (w.aborted.load(std::memory_order_acquire)) {
-        std::string names;
-        (void)cancel_unmatched(names);
-      }
-    } catch (...) {
-      // Only message formatting can throw (bad_alloc); the contract is to never throw.
-    }
-    world_.reset();
-  }
+  void release() noexcept;
 
   bool moved_from_impl() const noexcept { return !world_; }
   // Options::on_error: the front end printed `e`; wake every rank of the world
   // (their blocking calls return Errc::aborted) before it ends the process.
-  void abort_impl(const Error& e) const noexcept {
-    if (!world_) return;
-    try {
-      world_->abort(detail::cat("rank ", rank_, " stopped the program (on_error=abort): ", e.message));
-    } catch (...) {
-      world_->abort(std::string{});
-    }
-  }
+  void abort_impl(const Error& e) const noexcept;
   Error moved_from(const detail::CallDesc& call) const { return detail::moved_from_error(call, backend_name); }
   // Every rank that meets the abort, wherever it waits or whatever it calls
   // next, gets the first cause: which rank timed out in which call waiting
   // for whom, or which rank's function threw.
   // Precondition: world_->aborted was seen set (acquire), so the cause is written.
-  Error aborted_error(const detail::CallDesc& call) const {
-    return error(Errc::aborted, call, detail::cat("the communicator was aborted: ", world_->abort_cause));
-  }
+  Error aborted_error(const detail::CallDesc& call) const;
 
   std::shared_ptr<World> world_;
   std::size_t rank_ = 0;
 };
 
-// libpolycoll holds the seed surface of Threads (and so AnyCommunicator's table
-// for it): its dispatch over every (dtype, op) pair is compiled once there.
+// The non-template members: in libpolycoll (src/threads.cpp), or inline with
+// POLYCOLL_HEADER_ONLY (detail/linkage.hpp).
+#if defined(POLYCOLL_HEADER_ONLY) || defined(POLYCOLL_DETAIL_DEFINE_THREADS)
+POLYCOLL_DETAIL_LIB_INLINE Result<std::vector<Threads>> Threads::make(std::size_t n, const Options& options) {
+  if (auto s = detail::check_on_error_environment(detail::cat("Threads::create(n=", n, ") [threads]")); !s)
+    return tl::unexpected(std::move(s.error()));
+  if (n == 0) return fail(Errc::invalid_argument, "Threads::create(n=0) [threads]: a world needs at least one rank");
+  if (const char* what = detail::threads::World::too_large(n);
+      what != nullptr || n > std::vector<Threads>().max_size()) [[unlikely]] {
+    return fail(Errc::invalid_argument, detail::cat("Threads::create(n=", n, ") [threads]: too many ranks: the size of ",
+                                                    what != nullptr ? what : "the communicator list",
+                                                    " overflows the address space"));
+  }
+  try {
+    auto world = std::make_shared<detail::threads::World>(n, options);
+    std::vector<Threads> comms;
+    comms.reserve(n);
+    for (std::size_t r = 0; r < n; ++r) comms.push_back(Threads(world, r));
+    return comms;
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
+  } catch (const std::length_error&) {
+    return fail(Errc::backend_failure, detail::cat("Threads::create(n=", n, ") [threads]: out of memory"));
+  }
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Result<Threads::Collective> Threads::begin(detail::CallDesc call) {
+  if (!world_) return tl::unexpected(moved_from(call));
+  RankState& m = me();
+  std::unique_lock lock(m.submit);
+  if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
+  call.seq = ++m.seq;
+  if (world_->check) m.current[next_parity()] = call;  // read by peers after the call's first phase
+  return Collective{std::move(lock), call};
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::phase(const detail::CallDesc& call, std::optional<detail::Clock::time_point> deadline) {
+  RankState& m = me();
+  World& w = *world_;
+  const std::uint32_t p = ++m.phases;
+  auto& mine = m.line[p & 1].phase;
+  mine.store(p, std::memory_order_release);
+  mine.notify_all();  // a load of the waiter count unless someone sleeps on it
+  for (std::size_t q = 0; q < w.n; ++q) {
+    if (q == rank_) continue;
+    const auto r = detail::wait_until(
+        peer(q).line[p & 1].phase, [p](std::uint32_t v) { return detail::threads::reached(v, p); }, w.aborted,
+        deadline, w.spin);
+    if (r == detail::WaitResult::ready) continue;
+    if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
+    std::string missing;
+    for (std::size_t k = 0; k < w.n; ++k) {
+      if (!detail::threads::reached(peer(k).line[p & 1].phase.load(std::memory_order_acquire), p)) {
+        missing += detail::cat(missing.empty() ? "" : ", ", k);
+      }
+    }
+    const std::string waited =
+        detail::cat("timed out after ", w.options.op_timeout->count(), " ms waiting for rank(s) ", missing,
+                    " to arrive");
+    const std::string what =
+        detail::cat(waited, "; pending: ", pending_text(&call), "; the communicator is aborted");
+    w.abort(detail::cat("rank ", rank_, " ", waited, " in ", detail::describe(call)));
+    return tl::unexpected(error(Errc::timeout, call, what));
+  }
+  return {};
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::arrive(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
+  const unsigned parity = next_parity();
+  if (auto s = phase(call, dl); !s) return s;
+  if (!world_->check) return {};
+  std::string diff;
+  for (std::size_t q = 0; q < world_->n; ++q) {
+    const detail::CallDesc& other = peer(q).current[parity];
+    if (!detail::same_collective(other, call)) {
+      diff += detail::cat(diff.empty() ? "" : "; ", "rank ", q, " called ", detail::describe(other));
+    }
+  }
+  if (diff.empty()) return {};
+  return tl::unexpected(error(Errc::mismatch, call, detail::cat("consistency check failed: ", diff)));
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::group_start_impl() {
+  if (!world_) return tl::unexpected(moved_from(detail::CallDesc::plain(detail::Call::group_start)));
+  me().groups.fetch_add(1, std::memory_order_relaxed);
+  return {};
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::group_end_impl() {
+  const auto call = detail::CallDesc::plain(detail::Call::group_end);
+  if (!world_) return tl::unexpected(moved_from(call));
+  auto& g = me().groups;
+  std::size_t open = g.load(std::memory_order_relaxed);
+  do {
+    if (open == 0) return tl::unexpected(error(Errc::invalid_argument, call, "no open group (group_end without group_start)"));
+  } while (!g.compare_exchange_weak(open, open - 1, std::memory_order_relaxed));
+  return {};
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Result<std::optional<detail::Envelope>> Threads::probe_impl(std::size_t src, std::uint32_t tag) {
+  const auto call = detail::CallDesc::p2p(detail::Call::probe, detail::npos, DType::U8, src, tag);
+  if (!world_) return tl::unexpected(moved_from(call));
+  if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
+  RankState& m = me();
+  std::lock_guard lock(m.mailbox);
+  for (const auto& s : m.sends) {
+    if (detail::threads::matches(src, tag, s.src, s.call.tag)) {
+      return std::optional<detail::Envelope>{detail::Envelope{s.src, s.call.tag, s.bytes}};
+    }
+  }
+  return std::optional<detail::Envelope>{};
+}
+
+POLYCOLL_DETAIL_LIB_INLINE void Threads::deliver(const detail::threads::PendingSend& s, const detail::threads::PendingRecv& r, std::size_t receiver) {
+  RankState& rx = peer(receiver);
+  std::optional<Error> err;
+  if (s.call.dtype != r.call.dtype) {
+    err = detail::call_error(Errc::mismatch, r.call, receiver, world_->n, backend_name,
+                             detail::cat("matched ", detail::describe(s.call), " from rank ", s.src,
+                                         ", which sends another dtype"));
+  } else if (s.bytes > r.bytes) {
+    err = detail::call_error(Errc::truncated, r.call, receiver, world_->n, backend_name,
+                             detail::cat("message truncated: rank ", s.src, " sent ", s.call.count,
+                                         " elements with tag ", s.call.tag, ", recv posted for ", r.call.count));
+  } else if (s.bytes != 0) {
+    detail::threads::copy(r.ptr, s.data(), s.bytes);
+  }
+  if (err) {
+    std::lock_guard g(rx.error_mutex);
+    if (!rx.p2p_error) rx.p2p_error = std::move(err);
+  }
+  complete(peer(s.src));
+  complete(rx);
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::sync_impl() {
+  const auto call = detail::CallDesc::plain(detail::Call::sync);
+  if (!world_) return tl::unexpected(moved_from(call));
+  return drain(call, deadline());
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::drain(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
+  World& w = *world_;
+  RankState& m = me();
+  const auto r = detail::wait_until(
+      m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, dl, w.spin);
+  if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
+  if (r == detail::WaitResult::timeout) {
+    const std::string pending = pending_text(nullptr);
+    const std::string what = detail::cat("timed out after ", w.options.op_timeout->count(), " ms; pending: ",
+                                         pending, "; the communicator is aborted");
+    w.abort(detail::cat("rank ", rank_, " timed out after ", w.options.op_timeout->count(), " ms in ",
+                        detail::describe(call), " with pending: ", pending));
+    return tl::unexpected(error(Errc::timeout, call, what));
+  }
+  // Every send of this rank completed: with the check on, none of their
+  // buffers may have changed since it was posted.
+  std::optional<detail::CallDesc> changed;
+  if (w.check) [[unlikely]] changed = m.ledger.verify();
+  std::lock_guard g(m.error_mutex);
+  if (m.p2p_error) {
+    Error e = std::move(*m.p2p_error);
+    m.p2p_error.reset();
+    return tl::unexpected(std::move(e));
+  }
+  if (changed) return tl::unexpected(error(Errc::mismatch, *changed, detail::send_changed_text));
+  return {};
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::barrier_impl() {
+  const auto call = detail::CallDesc::plain(detail::Call::barrier);
+  if (!world_) return tl::unexpected(moved_from(call));
+  const auto dl = deadline();
+  if (auto s = drain(call, dl); !s) return s;
+  auto c = begin(detail::CallDesc::plain(detail::Call::barrier));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  return arrive(c->call, dl);
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Result<std::optional<Threads>> Threads::split_impl(std::uint32_t color, std::uint32_t key) {
+  auto c = begin(detail::CallDesc::plain(detail::Call::split));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  RankState& m = me();
+  m.color = color;
+  m.key = key;
+  m.split_result.reset();
+  if (auto s = arrive(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
+  // Members of my color ordered by (key, old rank); the first creates the world.
+  std::vector<std::size_t> members;
+  if (color != no_color) {
+    for (std::size_t q = 0; q < world_->n; ++q) {
+      if (peer(q).color == color) members.push_back(q);
+    }
+    std::stable_sort(members.begin(), members.end(),
+                     [&](std::size_t a, std::size_t b) { return peer(a).key < peer(b).key; });
+    if (members.front() == rank_) {
+      try {
+        m.split_result = std::make_shared<World>(members.size(), world_->options);
+      } catch (const std::bad_alloc&) {
+        m.split_result.reset();
+      }
+    }
+  }
+  if (auto s = phase(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
+  std::shared_ptr<World> sub;
+  std::size_t sub_rank = 0;
+  if (color != no_color) {
+    sub = peer(members.front()).split_result;
+    sub_rank = static_cast<std::size_t>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  }
+  // Nobody may leave before every member copied the leader's pointer.
+  if (auto s = phase(c->call, dl); !s) return tl::unexpected(std::move(s.error()));
+  m.split_result.reset();
+  if (color == no_color) return std::optional<Threads>{};
+  if (!sub) return tl::unexpected(error(Errc::backend_failure, c->call, "out of memory creating the sub-communicator"));
+  return std::optional<Threads>{Threads(std::move(sub), sub_rank)};
+}
+
+POLYCOLL_DETAIL_LIB_INLINE std::string Threads::pending_text(const detail::CallDesc* collective) const {
+  std::string s;
+  auto add = [&](const detail::CallDesc& c) {
+    if (!s.empty()) s += ", ";
+    s += detail::describe(c);
+  };
+  if (collective) add(*collective);
+  for (std::size_t q = 0; q < world_->n; ++q) {
+    RankState& box = peer(q);
+    std::lock_guard lock(box.mailbox);
+    for (const auto& snd : box.sends) {
+      if (snd.src == rank_) add(snd.call);
+    }
+    if (q == rank_) {
+      for (const auto& rcv : box.recvs) add(rcv.call);
+    }
+  }
+  return s.empty() ? "none" : s;
+}
+
+POLYCOLL_DETAIL_LIB_INLINE std::size_t Threads::cancel_unmatched(std::string& names) noexcept {
+  std::size_t removed = 0;
+  for (std::size_t q = 0; q < world_->n; ++q) {
+    RankState& box = peer(q);
+    std::lock_guard lock(box.mailbox);
+    auto mine = [&](const detail::threads::PendingSend& snd) { return snd.src == rank_; };
+    for (const auto& snd : box.sends) {
+      if (mine(snd)) names += detail::cat(names.empty() ? "" : ", ", detail::describe(snd.call));
+    }
+    const auto before = box.sends.size();
+    std::erase_if(box.sends, mine);
+    removed += before - box.sends.size();
+    if (q == rank_) {
+      for (const auto& rcv : box.recvs) names += detail::cat(names.empty() ? "" : ", ", detail::describe(rcv.call));
+      removed += box.recvs.size();
+      box.recvs.clear();
+    }
+  }
+  return removed;
+}
+
+POLYCOLL_DETAIL_LIB_INLINE void Threads::release() noexcept {
+  if (!world_) return;
+  try {
+    World& w = *world_;
+    RankState& m = me();
+    if (!w.aborted.load(std::memory_order_acquire) && m.p2p_pending.load(std::memory_order_acquire) != 0) {
+      const auto dl = detail::Clock::now() + w.options.drop_timeout;
+      const auto r = detail::wait_until(
+          m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, dl, w.spin);
+      if (r != detail::WaitResult::ready) {
+        std::string names;
+        const std::size_t removed = cancel_unmatched(names);
+        m.p2p_pending.fetch_sub(static_cast<std::uint32_t>(removed), std::memory_order_acq_rel);
+        // What remains was matched and is being copied right now: that ends shortly.
+        (void)detail::wait_until(
+            m.p2p_pending, [](std::uint32_t v) { return v == 0 || v >= (1u << 30); }, w.aborted,
+            detail::Clock::now() + std::chrono::milliseconds(100), w.spin);
+        log(LogLevel::warning, detail::cat("Threads communicator (rank ", rank_, " of ", w.n, ") destroyed with ",
+                                           removed, " unmatched operation(s) after waiting ",
+                                           w.options.drop_timeout.count(), " ms; dropped: ", names));
+      }
+    } else if (w.aborted.load(std::memory_order_acquire)) {
+      std::string names;
+      (void)cancel_unmatched(names);
+    }
+  } catch (...) {
+    // Only message formatting can throw (bad_alloc); the contract is to never throw.
+  }
+  world_.reset();
+}
+
+POLYCOLL_DETAIL_LIB_INLINE void Threads::abort_impl(const Error& e) const noexcept {
+  if (!world_) return;
+  try {
+    world_->abort(detail::cat("rank ", rank_, " stopped the program (on_error=abort): ", e.message));
+  } catch (...) {
+    world_->abort(std::string{});
+  }
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Error Threads::aborted_error(const detail::CallDesc& call) const {
+  return error(Errc::aborted, call, detail::cat("the communicator was aborted: ", world_->abort_cause));
+}
+#endif
+
+template <DType D, ReduceOp Op, class T>
+Status Threads::all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count) {
+  auto c = begin(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  const std::size_t n = world_->n;
+  const std::size_t bytes = count * sizeof(T);
+  if (n == 1) {
+    return {};  // avg over one rank divides by 1
+  }
+  if (bytes <= detail::threads::small_bytes) {
+    const unsigned parity = next_parity();
+    detail::threads::copy(outbox(bytes, parity), buf, bytes);
+    if (auto s = arrive(c->call, dl); !s) return s;
+    if (n == 2 && Op != ReduceOp::Avg) {
+      // The common 2-rank case: one binary step in rank order (the same
+      // rounding as the fold), my own contribution read from my buffer.
+      const T* other = reinterpret_cast<const T*>(inbox(1 - rank_, bytes, parity));
+      kernels::combine(d, o, buf, rank_ == 0 ? buf : other, rank_ == 0 ? other : buf, count);
+      return {};
+    }
+    detail::threads::Sources<T> src(n);
+    for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(inbox(q, bytes, parity));
+    kernels::combine_n(d, o, buf, src.data(), n, count, n);
+    return {};
+  }
+  RankState& m = me();
+  m.recv = buf;
+  if (auto s = arrive(c->call, dl); !s) return s;
+  reduce_own_slice(d, o, buf, count, [&](std::size_t q) { return static_cast<const T*>(peer(q).recv); });
+  if (auto s = phase(c->call, dl); !s) return s;
+  for (std::size_t q = 0; q < n; ++q) {
+    if (q == rank_) continue;
+    const auto [lo, hi] = slice(count, sizeof(T), q);
+    if (hi > lo) detail::threads::copy(buf + lo, static_cast<const T*>(peer(q).recv) + lo, (hi - lo) * sizeof(T));
+  }
+  return phase(c->call, dl);
+}
+
+template <DType D, ReduceOp Op, class T>
+Status Threads::reduce_scatter_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count) {
+  auto c = begin(detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  const std::size_t n = world_->n;
+  if (n == 1) {
+    if (count != 0 && static_cast<const void*>(send) != static_cast<const void*>(recv)) {
+      std::memmove(recv, send, count * sizeof(T));
+    }
+    return {};
+  }
+  const std::size_t bytes = n * count * sizeof(T);
+  detail::threads::Sources<T> src(n);
+  RankState& m = me();
+  if (bytes <= detail::threads::small_bytes) {
+    const unsigned parity = next_parity();
+    detail::threads::copy(outbox(bytes, parity), send, bytes);
+    if (auto s = arrive(c->call, dl); !s) return s;
+    for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(inbox(q, bytes, parity)) + rank_ * count;
+    kernels::combine_n(d, o, recv, src.data(), n, count, n);
+    return {};
+  }
+  m.send = send;
+  if (auto s = arrive(c->call, dl); !s) return s;
+  // In rank order, as on the latency path; an in-place recv (= send +
+  // rank*count) is exactly source rank_, which combine_n allows.
+  for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + rank_ * count;
+  kernels::combine_n(d, o, recv, src.data(), n, count, n);
+  return phase(c->call, dl);
+}
+
+template <DType D, class T>
+Status Threads::broadcast_impl(dtype_tag<D>, T* buf, std::size_t count, std::size_t root) {
+  auto c = begin(detail::CallDesc::rooted(detail::Call::broadcast, count, D, root));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  if (world_->n == 1) return {};
+  const std::size_t bytes = count * sizeof(T);
+  RankState& m = me();
+  if (bytes <= detail::threads::small_bytes) {
+    const unsigned parity = next_parity();
+    if (rank_ == root) detail::threads::copy(outbox(bytes, parity), buf, bytes);
+    if (auto s = arrive(c->call, dl); !s) return s;
+    if (rank_ != root) detail::threads::copy(buf, inbox(root, bytes, parity), bytes);
+    return {};
+  }
+  m.recv = buf;
+  if (auto s = arrive(c->call, dl); !s) return s;
+  if (rank_ != root) detail::threads::copy(buf, peer(root).recv, bytes);
+  return phase(c->call, dl);
+}
+
+template <DType D, class T>
+Status Threads::all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+  auto c = begin(detail::CallDesc::movement(detail::Call::all_gather, count, D));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  const std::size_t n = world_->n;
+  const std::size_t bytes = count * sizeof(T);
+  RankState& m = me();
+  T* mine = recv + rank_ * count;
+  if (bytes != 0 && static_cast<const void*>(send) != static_cast<const void*>(mine)) {
+    std::memmove(mine, send, bytes);
+  }
+  if (n == 1) return {};
+  if (bytes <= detail::threads::small_bytes) {
+    const unsigned parity = next_parity();
+    detail::threads::copy(outbox(bytes, parity), mine, bytes);
+    if (auto s = arrive(c->call, dl); !s) return s;
+    for (std::size_t q = 0; q < n; ++q) {
+      if (q != rank_) detail::threads::copy(recv + q * count, inbox(q, bytes, parity), bytes);
+    }
+    return {};
+  }
+  m.send = mine;
+  if (auto s = arrive(c->call, dl); !s) return s;
+  for (std::size_t q = 0; q < n; ++q) {
+    if (q != rank_) detail::threads::copy(recv + q * count, peer(q).send, bytes);
+  }
+  return phase(c->call, dl);
+}
+
+template <DType D, ReduceOp Op, class T>
+Status Threads::reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count, std::size_t root) {
+  auto desc = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
+  desc.root = root;
+  auto c = begin(desc);
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  const std::size_t n = world_->n;
+  if (n == 1) {
+    detail::threads::move(recv, send, count * sizeof(T));
+    return {};
+  }
+  RankState& m = me();
+  m.send = send;
+  m.recv = recv;
+  if (auto s = arrive(c->call, dl); !s) return s;
+  // This rank's slice of the result, folded in rank order straight into the
+  // root's recv; in place that is exactly source `root`, which combine_n allows.
+  const auto [lo, hi] = slice(count, sizeof(T), rank_);
+  if (hi > lo) {
+    detail::threads::Sources<T> src(n);
+    for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + lo;
+    kernels::combine_n(d, o, static_cast<T*>(peer(root).recv) + lo, src.data(), n, hi - lo, n);
+  }
+  return phase(c->call, dl);
+}
+
+template <DType D, class T>
+Status Threads::gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+  auto c = begin(detail::CallDesc::rooted(detail::Call::gather, count, D, root));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  if (world_->n == 1) {
+    detail::threads::move(recv, send, count * sizeof(T));
+    return {};
+  }
+  me().recv = recv;
+  if (auto s = arrive(c->call, dl); !s) return s;
+  detail::threads::move(static_cast<T*>(peer(root).recv) + rank_ * count, send, count * sizeof(T));
+  return phase(c->call, dl);
+}
+
+template <DType D, class T>
+Status Threads::scatter_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count, std::size_t root) {
+  auto c = begin(detail::CallDesc::rooted(detail::Call::scatter, count, D, root));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  if (world_->n == 1) {
+    detail::threads::move(recv, send, count * sizeof(T));
+    return {};
+  }
+  me().send = send;
+  if (auto s = arrive(c->call, dl); !s) return s;
+  detail::threads::move(recv, static_cast<const T*>(peer(root).send) + rank_ * count, count * sizeof(T));
+  return phase(c->call, dl);
+}
+
+template <DType D, class T>
+Status Threads::all_to_all_impl(dtype_tag<D>, const T* send, T* recv, std::size_t count) {
+  auto c = begin(detail::CallDesc::movement(detail::Call::all_to_all, count, D));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  const std::size_t n = world_->n;
+  me().send = send;
+  if (n > 1) {
+    if (auto s = arrive(c->call, dl); !s) return s;
+  }
+  for (std::size_t q = 0; q < n; ++q) {
+    detail::threads::copy(recv + q * count, static_cast<const T*>(peer(q).send) + rank_ * count, count * sizeof(T));
+  }
+  return n > 1 ? phase(c->call, dl) : Status{};
+}
+
+template <DType D, class T>
+Status Threads::all_gather_v_impl(dtype_tag<D>, const T* send, std::size_t send_count, T* recv, const VLayout& layout) {
+  auto c = begin(detail::CallDesc::movement(detail::Call::all_gather_v, layout.total(), D));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  const std::size_t n = world_->n;
+  RankState& m = me();
+  m.send = send;
+  m.send_count = send_count;
+  if (n > 1) {
+    if (auto s = arrive(c->call, dl); !s) return s;
+  }
+  std::string bad;
+  layout.each([&](std::size_t q, std::size_t cnt, std::size_t displ) {
+    const std::size_t sent = peer(q).send_count;
+    if (sent != cnt) {
+      bad += detail::cat(bad.empty() ? "" : "; ", "rank ", q, " sends ", sent, ", recv_counts[", q, "] = ", cnt);
+    } else {
+      detail::threads::move(recv + displ, static_cast<const T*>(peer(q).send), cnt * sizeof(T));
+    }
+  });
+  if (n > 1) {
+    if (auto s = phase(c->call, dl); !s) return s;
+  }
+  if (!bad.empty()) return tl::unexpected(error(Errc::mismatch, c->call, detail::cat("counts disagree: ", bad)));
+  return {};
+}
+
+template <DType D, class T>
+Status Threads::all_to_all_v_impl(dtype_tag<D>, const T* send, const VLayout& sl, T* recv, const VLayout& rl) {
+  auto c = begin(detail::CallDesc::movement(detail::Call::all_to_all_v, detail::npos, D));
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  const std::size_t n = world_->n;
+  RankState& m = me();
+  m.send = send;
+  m.send_layout = sl;
+  if (n > 1) {
+    if (auto s = arrive(c->call, dl); !s) return s;
+  }
+  std::string bad;
+  Errc code = Errc::mismatch;
+  rl.each([&](std::size_t q, std::size_t cnt, std::size_t displ) {
+    const VLayout& theirs = peer(q).send_layout;
+    const std::size_t sent = theirs.count(rank_);
+    if (sent != cnt) {
+      if (sent > cnt) code = Errc::truncated;
+      bad += detail::cat(bad.empty() ? "" : "; ", "rank ", q, " sends ", sent, ", recv_counts[", q, "] = ", cnt);
+    } else {
+      detail::threads::copy(recv + displ, static_cast<const T*>(peer(q).send) + theirs.displ(rank_),
+                            cnt * sizeof(T));
+    }
+  });
+  if (n > 1) {
+    if (auto s = phase(c->call, dl); !s) return s;
+  }
+  if (!bad.empty()) return tl::unexpected(error(code, c->call, detail::cat("counts disagree: ", bad)));
+  return {};
+}
+
+template <DType D, class T>
+Status Threads::send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
+  const auto call = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
+  if (!world_) return tl::unexpected(moved_from(call));
+  if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
+  RankState& m = me();
+  RankState& box = peer(dest);
+  const std::size_t bytes = count * sizeof(T);
+  if (world_->check) [[unlikely]] m.ledger.record(call, ptr, bytes);
+  m.p2p_pending.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock lock(box.mailbox);
+  // The earliest posted receive that matches (MPI's order).
+  auto it = std::find_if(box.recvs.begin(), box.recvs.end(), [&](const detail::threads::PendingRecv& r) {
+    return detail::threads::matches(r.call.peer, r.call.tag, rank_, tag);
+  });
+  if (it == box.recvs.end()) {
+    detail::threads::PendingSend& s = box.sends.emplace_back();
+    s.ptr = ptr;
+    s.bytes = bytes;
+    s.src = rank_;
+    s.call = call;
+    if (bytes <= detail::threads::eager_bytes) {
+      detail::threads::copy(s.eager, ptr, bytes);
+      s.copied = true;
+    }
+    return {};
+  }
+  const detail::threads::PendingRecv r = *it;
+  box.recvs.erase(it);
+  lock.unlock();
+  detail::threads::PendingSend s;
+  s.ptr = ptr;
+  s.bytes = bytes;
+  s.src = rank_;
+  s.call = call;
+  deliver(s, r, dest);
+  return {};
+}
+
+template <DType D, class T>
+Status Threads::recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
+  const auto call = detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag);
+  if (!world_) return tl::unexpected(moved_from(call));
+  if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
+  RankState& m = me();
+  m.p2p_pending.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock lock(m.mailbox);
+  // The earliest arrived send that matches: sends from one rank arrive in
+  // the order it posted them, so MPI's non-overtaking order holds, for a
+  // wildcard receive too.
+  auto it = std::find_if(m.sends.begin(), m.sends.end(), [&](const detail::threads::PendingSend& s) {
+    return detail::threads::matches(src, tag, s.src, s.call.tag);
+  });
+  if (it == m.sends.end()) {
+    m.recvs.push_back({ptr, count * sizeof(T), call});
+    return {};
+  }
+  detail::threads::PendingSend s;
+  s.take(*it);
+  m.sends.erase(it);
+  lock.unlock();
+  deliver(s, {ptr, count * sizeof(T), call}, rank_);
+  return {};
+}
+
+/// @cond POLYCOLL_LIBRARY_INTERNALS
+// `Prefix template` for the calls of one valid (dtype, op) pair and of one
+// dtype, with the element type the front end passes (dtype_tag<D>::type):
+// `extern` declares, empty defines (src/threads.cpp).
+#define POLYCOLL_DETAIL_THREADS_PAIR(Prefix, D, Op)                                                              \
+  Prefix template Status Threads::all_reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                   \
+                                                  dtype_tag<DType::D>::type*, std::size_t);                    \
+  Prefix template Status Threads::reduce_scatter_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,               \
+                                                      const dtype_tag<DType::D>::type*,                        \
+                                                      dtype_tag<DType::D>::type*, std::size_t);                \
+  Prefix template Status Threads::reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                       \
+                                              const dtype_tag<DType::D>::type*, dtype_tag<DType::D>::type*,    \
+                                              std::size_t, std::size_t);
+#define POLYCOLL_DETAIL_THREADS_DTYPE(Prefix, D)                                                                  \
+  Prefix template Status Threads::broadcast_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,  \
+                                                 std::size_t);                                                  \
+  Prefix template Status Threads::all_gather_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,        \
+                                                  dtype_tag<DType::D>::type*, std::size_t);                     \
+  Prefix template Status Threads::gather_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,            \
+                                              dtype_tag<DType::D>::type*, std::size_t, std::size_t);            \
+  Prefix template Status Threads::scatter_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,           \
+                                               dtype_tag<DType::D>::type*, std::size_t, std::size_t);           \
+  Prefix template Status Threads::all_to_all_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,        \
+                                                  dtype_tag<DType::D>::type*, std::size_t);                     \
+  Prefix template Status Threads::all_gather_v_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,      \
+                                                    std::size_t, dtype_tag<DType::D>::type*,                    \
+                                                    const detail::VLayout&);                                    \
+  Prefix template Status Threads::all_to_all_v_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,      \
+                                                    const detail::VLayout&, dtype_tag<DType::D>::type*,         \
+                                                    const detail::VLayout&);                                    \
+  Prefix template Status Threads::send_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*, std::size_t, \
+                                            std::size_t, std::uint32_t);                                        \
+  Prefix template Status Threads::recv_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,       \
+                                            std::size_t, std::uint32_t);
+/// @endcond
+
+// libpolycoll holds the seed surface of Threads (and so AnyCommunicator's
+// table for it), and every collective and point-to-point call of it for each
+// dtype and valid (dtype, op) pair: the seed surface's dispatch is compiled
+// once there, and a typed call in a user TU compiles to a call into the
+// library instead of to the collective's code. The definitions above are not
+// inline (out of the class), so the `extern template` suppresses them; with
+// POLYCOLL_HEADER_ONLY they are instantiated where used.
 #if !defined(POLYCOLL_HEADER_ONLY)
 extern template class Communicator<Threads>;
 extern template const AnyCommunicator::VTable& AnyCommunicator::vtable_of<Threads>() noexcept;
+#if !defined(POLYCOLL_DETAIL_BUILDING_LIBRARY)
+#define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_THREADS_PAIR(extern, D, Op)
+POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR(POLYCOLL_DETAIL_X)
+#undef POLYCOLL_DETAIL_X
+#define POLYCOLL_DETAIL_X(D) POLYCOLL_DETAIL_THREADS_DTYPE(extern, D)
+POLYCOLL_DETAIL_FOR_EACH_DTYPE(POLYCOLL_DETAIL_X)
+#undef POLYCOLL_DETAIL_X
+#endif
 #endif
 
 }  // namespace polycoll

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include <polycoll/dtype.hpp>
+#include <polycoll/detail/linkage.hpp>
 #include <polycoll/error.hpp>
 #include <polycoll/detail/text.hpp>
 #include <polycoll/reduce_op.hpp>
@@ -118,16 +119,43 @@ constexpr CallDesc from_fingerprint(const std::uint64_t* w) noexcept {
   return c;
 }
 
-inline std::string dtype_text(DType d) {
+std::string dtype_text(DType d);
+
+std::string op_text(ReduceOp op);
+
+/// "all_reduce(count=1024, dtype=bf16, op=sum)"; "#7 " in front when numbered.
+std::string describe(const CallDesc& c);
+
+/// The consistency check's verdict over `w` fingerprints laid back to back in
+/// `all` (rank q's at all + 6q): empty when every rank's matches `mine`, else
+/// "rank q called <what>" for each rank that differs.
+std::string fingerprint_diff(const std::uint64_t* all, std::size_t w, const CallDesc& mine);
+
+/// " on rank 3 of 8 [mpi]"
+std::string where(std::size_t rank, std::size_t world, std::string_view backend);
+
+/// The one way errors about a call are spelled:
+/// "all_reduce(count=1024, dtype=bf16, op=sum) on rank 3 of 8 [mpi]: <what>".
+Error call_error(Errc code, const CallDesc& c, std::size_t rank, std::size_t world, std::string_view backend,
+                        std::string_view what, int native = 0);
+
+/// The error of every call on a moved-from communicator: it has no rank or
+/// world, so it names neither ("rank 0 of 0").
+Error moved_from_error(const CallDesc& c, std::string_view backend);
+
+// Defined in libpolycoll (src/core.cpp), or inline with POLYCOLL_HEADER_ONLY
+// (detail/linkage.hpp).
+#if defined(POLYCOLL_HEADER_ONLY) || defined(POLYCOLL_DETAIL_DEFINE_CORE)
+
+POLYCOLL_DETAIL_LIB_INLINE std::string dtype_text(DType d) {
   return is_known(d) ? std::string(name(d)) : cat("<invalid ", static_cast<unsigned>(static_cast<std::uint8_t>(d)), '>');
 }
 
-inline std::string op_text(ReduceOp op) {
+POLYCOLL_DETAIL_LIB_INLINE std::string op_text(ReduceOp op) {
   return is_known(op) ? std::string(name(op)) : cat("<invalid ", static_cast<unsigned>(static_cast<std::uint8_t>(op)), '>');
 }
 
-/// "all_reduce(count=1024, dtype=bf16, op=sum)"; "#7 " in front when numbered.
-inline std::string describe(const CallDesc& c) {
+POLYCOLL_DETAIL_LIB_INLINE std::string describe(const CallDesc& c) {
   std::string s;
   if (c.seq != 0) s = cat('#', c.seq, ' ');
   s += call_name(c.call);
@@ -157,10 +185,7 @@ inline std::string describe(const CallDesc& c) {
   return s;
 }
 
-/// The consistency check's verdict over `w` fingerprints laid back to back in
-/// `all` (rank q's at all + 6q): empty when every rank's matches `mine`, else
-/// "rank q called <what>" for each rank that differs.
-inline std::string fingerprint_diff(const std::uint64_t* all, std::size_t w, const CallDesc& mine) {
+POLYCOLL_DETAIL_LIB_INLINE std::string fingerprint_diff(const std::uint64_t* all, std::size_t w, const CallDesc& mine) {
   std::string diff;
   for (std::size_t q = 0; q < w; ++q) {
     const CallDesc other = from_fingerprint(all + std::tuple_size_v<Fingerprint> * q);
@@ -169,22 +194,19 @@ inline std::string fingerprint_diff(const std::uint64_t* all, std::size_t w, con
   return diff;
 }
 
-/// " on rank 3 of 8 [mpi]"
-inline std::string where(std::size_t rank, std::size_t world, std::string_view backend) {
+POLYCOLL_DETAIL_LIB_INLINE std::string where(std::size_t rank, std::size_t world, std::string_view backend) {
   return cat(" on rank ", rank, " of ", world, " [", backend, ']');
 }
 
-/// The one way errors about a call are spelled:
-/// "all_reduce(count=1024, dtype=bf16, op=sum) on rank 3 of 8 [mpi]: <what>".
-inline Error call_error(Errc code, const CallDesc& c, std::size_t rank, std::size_t world, std::string_view backend,
-                        std::string_view what, int native = 0) {
+POLYCOLL_DETAIL_LIB_INLINE Error call_error(Errc code, const CallDesc& c, std::size_t rank, std::size_t world, std::string_view backend,
+                        std::string_view what, int native) {
   return Error{code, cat(describe(c), where(rank, world, backend), ": ", what), native};
 }
 
-/// The error of every call on a moved-from communicator: it has no rank or
-/// world, so it names neither ("rank 0 of 0").
-inline Error moved_from_error(const CallDesc& c, std::string_view backend) {
+POLYCOLL_DETAIL_LIB_INLINE Error moved_from_error(const CallDesc& c, std::string_view backend) {
   return call_error(Errc::invalid_argument, c, 0, 0, backend, "moved-from communicator");
 }
+
+#endif
 
 }  // namespace polycoll::detail

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include <polycoll/detail/text.hpp>
+#include <polycoll/detail/linkage.hpp>
 #include <polycoll/error.hpp>
 
 namespace polycoll::detail {
@@ -42,7 +43,36 @@ inline const char* unrecognised_on_error() noexcept {
 /// A factory's first check: an unrecognised POLYCOLL_ON_ERROR fails it with
 /// Errc::invalid_argument, since a misspelt "abort" silently returning errors
 /// would defeat its purpose. `what` names the factory and backend.
-inline Status check_on_error_environment(std::string_view what) {
+Status check_on_error_environment(std::string_view what);
+
+/// Writes "polycoll: fatal error (on_error=abort): <message>" to stderr as
+/// one line (newlines in the message become spaces) with one write, so that
+/// ranks sharing a terminal do not interleave within it.
+void print_fatal(std::string_view message) noexcept;
+
+/// Prints `e` and ends the process with SIGABRT: the last step of every
+/// backend's abort, and the whole of it where there is no peer to stop.
+[[noreturn]] void die(const Error& e) noexcept;
+
+/// A factory's result under `on_error`: a failure ends the program through
+/// `stop(error)` ([[noreturn]]; die() where there is no communicator to
+/// abort), otherwise the result is returned as it is.
+template <class T, class Stop>
+Result<T> factory_result(OnError on_error, Result<T>&& r, Stop&& stop) {
+  if (!r && on_error == OnError::abort) [[unlikely]] stop(r.error());
+  return std::move(r);
+}
+
+template <class T>
+Result<T> factory_result(OnError on_error, Result<T>&& r) {
+  return factory_result(on_error, std::move(r), [](const Error& e) { die(e); });
+}
+
+// Defined in libpolycoll (src/core.cpp), or inline with POLYCOLL_HEADER_ONLY
+// (detail/linkage.hpp).
+#if defined(POLYCOLL_HEADER_ONLY) || defined(POLYCOLL_DETAIL_DEFINE_CORE)
+
+POLYCOLL_DETAIL_LIB_INLINE Status check_on_error_environment(std::string_view what) {
   if (const char* v = unrecognised_on_error(); v != nullptr) [[unlikely]] {
     return fail(Errc::invalid_argument, cat(what, ": ", on_error_variable, "=", std::string_view(v),
                                             " is not recognised; use abort or return (or leave it unset)"));
@@ -50,10 +80,7 @@ inline Status check_on_error_environment(std::string_view what) {
   return {};
 }
 
-/// Writes "polycoll: fatal error (on_error=abort): <message>" to stderr as
-/// one line (newlines in the message become spaces) with one write, so that
-/// ranks sharing a terminal do not interleave within it.
-inline void print_fatal(std::string_view message) noexcept {
+POLYCOLL_DETAIL_LIB_INLINE void print_fatal(std::string_view message) noexcept {
   try {
     std::string line;
     line.reserve(fatal_prefix.size() + message.size() + 1);
@@ -69,25 +96,11 @@ inline void print_fatal(std::string_view message) noexcept {
   std::fflush(stderr);
 }
 
-/// Prints `e` and ends the process with SIGABRT: the last step of every
-/// backend's abort, and the whole of it where there is no peer to stop.
-[[noreturn]] inline void die(const Error& e) noexcept {
+[[noreturn]] POLYCOLL_DETAIL_LIB_INLINE void die(const Error& e) noexcept {
   print_fatal(e.message);
   std::abort();
 }
 
-/// A factory's result under `on_error`: a failure ends the program through
-/// `stop(error)` ([[noreturn]]; die() where there is no communicator to
-/// abort), otherwise the result is returned as it is.
-template <class T, class Stop>
-Result<T> factory_result(OnError on_error, Result<T>&& r, Stop&& stop) {
-  if (!r && on_error == OnError::abort) [[unlikely]] stop(r.error());
-  return std::move(r);
-}
-
-template <class T>
-Result<T> factory_result(OnError on_error, Result<T>&& r) {
-  return factory_result(on_error, std::move(r), [](const Error& e) { die(e); });
-}
+#endif
 
 }  // namespace polycoll::detail

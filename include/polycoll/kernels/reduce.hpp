@@ -444,6 +444,11 @@ void divide(dtype_tag<D>, typename dtype_tag<D>::type* x, std::size_t n, std::si
   POLYCOLL_DETAIL_PAIRS_ORDERED(X, U64) POLYCOLL_DETAIL_PAIRS_ORDERED(X, U32)                                     \
   POLYCOLL_DETAIL_PAIRS_ORDERED(X, U16) POLYCOLL_DETAIL_PAIRS_ORDERED(X, U8)                                      \
   POLYCOLL_DETAIL_PAIRS_ORDERED(X, Bool) POLYCOLL_DETAIL_PAIRS_COMPLEX(X, C64) POLYCOLL_DETAIL_PAIRS_COMPLEX(X, C128)
+/// Every dtype, as X(D): what libpolycoll instantiates the backends' movement
+/// calls for (a static_assert in src/kernels.cpp checks it against all_dtypes).
+#define POLYCOLL_DETAIL_FOR_EACH_DTYPE(X)                                                                       \
+  X(F64) X(F32) X(F16) X(BF16) X(F8E4M3) X(F8E5M2) X(I64) X(I32) X(I16) X(I8) X(U64) X(U32) X(U16) X(U8) X(Bool) \
+  X(C64) X(C128)
 /// Every dtype that divide() takes (the Avg dtypes), as X(D).
 #define POLYCOLL_DETAIL_FOR_EACH_AVG_DTYPE(X) X(F64) X(F32) X(F16) X(BF16) X(F8E4M3) X(F8E5M2) X(C64) X(C128)
 
