@@ -1504,7 +1504,6 @@ Status BasicMpi<Policies>::recv_impl(dtype_tag<D>, T* ptr, std::size_t count, st
                                         std::size_t, std::uint32_t);                                            \
   Prefix template Status Mpi::recv_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,           \
                                         std::size_t, std::uint32_t);
-/// @endcond
 
 // libpolycoll holds Mpi, the default policies: its members, its seed surface
 // (and so AnyCommunicator's table for it), and every collective and
@@ -1525,5 +1524,6 @@ POLYCOLL_DETAIL_FOR_EACH_DTYPE(POLYCOLL_DETAIL_X)
 #undef POLYCOLL_DETAIL_X
 #endif
 #endif
+/// @endcond
 
 }  // namespace polycoll

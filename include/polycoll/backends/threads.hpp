@@ -1026,7 +1026,6 @@ Status Threads::recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t s
                                             std::size_t, std::uint32_t);                                        \
   Prefix template Status Threads::recv_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,       \
                                             std::size_t, std::uint32_t);
-/// @endcond
 
 // libpolycoll holds the seed surface of Threads (and so AnyCommunicator's
 // table for it), and every collective and point-to-point call of it for each
@@ -1047,5 +1046,6 @@ POLYCOLL_DETAIL_FOR_EACH_DTYPE(POLYCOLL_DETAIL_X)
 #undef POLYCOLL_DETAIL_X
 #endif
 #endif
+/// @endcond
 
 }  // namespace polycoll
