@@ -508,7 +508,10 @@ void p2p_recv(AnyCommunicator& comm, Ctx& ctx, const Call& c, bool real) {
   const std::size_t w = comm.world_size();
   const std::size_t from = src_of(c.peer, comm.rank(), w);
   const Arg b = buffer(ctx.arena, real, c.count, 1, c.dtype, c.seed);
-  check(comm.recv(b.addr, c.count, c.dtype, from, c.tag), c, b.bad || from >= w || !is_known(c.dtype));
+  // any_source (SIZE_MAX, one of decode_peer's huge peers) is a valid source:
+  // NoOp, Threads and AnyCommunicator support wildcard receives.
+  const bool bad_source = from >= w && from != polycoll::any_source;
+  check(comm.recv(b.addr, c.count, c.dtype, from, c.tag), c, b.bad || bad_source || !is_known(c.dtype));
 }
 
 void send_recv(AnyCommunicator& comm, Ctx& ctx, const Call& c) {

@@ -15,4 +15,7 @@ cp -r "$src/fuzz/corpus" "$work/corpus"
 cd "$work"
 # The recommended-dictionary lines (they start with a quote) would push the
 # INITED/DONE lines with cov and ft out of the tail.
-"$exe" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 corpus 2>&1 | grep -v '^"' | tail -n 25
+# -error_exitcode=1: libFuzzer's default, 77, is what meson reads as SKIP, so a
+# crash found would not fail the test.
+"$exe" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 -error_exitcode=1 \
+  -timeout_exitcode=1 corpus 2>&1 | grep -v '^"' | tail -n 25
