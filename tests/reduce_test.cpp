@@ -295,9 +295,10 @@ TEST_CASE("combine_n matches a left fold of the reference for every valid (dtype
     for (std::size_t n : lengths) {
       std::vector<Buffer<elem_t<D>>> src;
       for (std::size_t j = 0; j < max_sources; ++j) src.push_back(random_buffer<D>(n, g));
-      // k = 1, 2, 3 and 8 as specified, plus 4 (one full fused loop), 5 and 9
-      // (a blocked fold whose last pass has a single source).
-      for (std::size_t k : {1, 2, 3, 4, 5, 8, 9}) {
+      // k = 1, 2, 3 and 8 as specified, plus 4 (one full fused loop) and 5-7
+      // and 9: a blocked fold whose short pass has 1, 2 or 3 sources (its
+      // first pass for most ops, its last for avg), with 9 passing twice more.
+      for (std::size_t k : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
         INFO((label<D, Op>(n, k)));
         // Avg divides by the divisor; every other op must ignore it.
         const std::size_t divisor = Op == ReduceOp::Avg ? k : 7;

@@ -337,20 +337,24 @@ void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::siz
     run_pass<U, false, Avg>(k, out, srcs, 0, m, d);
     return;
   }
-  // More sources than one loop fuses: fold them 4 at a time into one block of
-  // dst, which stays in L1 between passes, so memory still sees every source
-  // read once and dst written once. When dst is a source that a later pass
-  // reads (index >= fuse), the block's first pass would overwrite it first:
-  // then the block is folded in an L1 buffer and copied to dst at the end.
-  // The first and middle passes always fuse 4 sources, so they name that one
-  // fold_pass instead of a run_pass over every count (for Avg pairs 6 loops
-  // fewer per pair). One binary loop per source (combine's) would instantiate
-  // fewer still, but is slower: it reads and writes dst once per source
-  // (docs/benchmarks.md, "Fewer kernel variants", has the figures).
+  // More sources than one loop fuses: fold them into one block of dst at a
+  // time, which stays in L1 between passes, so memory still sees every source
+  // read once and dst written once. Every pass but one fuses exactly 4
+  // sources, so it names that one fold_pass; the one other pass takes the
+  // remaining r = 1..4 sources through run_pass. For pairs other than Avg that
+  // pass is the block's first, which then uses the very loops of the k <= 4
+  // case: k > 4 adds one loop per pair. For Avg pairs it is the last (with the
+  // division): the first would need loops of its own either way, and putting
+  // the short pass first cost bf16 avg ~5% at k = 5 (docs/benchmarks.md, "Fewer
+  // kernel variants", also for why one binary loop per source is not used).
+  // When dst is a source that a pass after the first reads, the block's first
+  // pass would overwrite it first: then the block is folded in an L1 buffer
+  // and copied to dst at the end.
   constexpr std::size_t block = fold_block_bytes / sizeof(lane);
   constexpr auto four = std::make_index_sequence<fuse>{};
+  const std::size_t first = Avg ? fuse : (k - 1) % fuse + 1;
   bool late_alias = false;
-  for (std::size_t j = fuse; j < k; ++j) late_alias = late_alias || srcs[j] == dst;
+  for (std::size_t j = first; j < k; ++j) late_alias = late_alias || srcs[j] == dst;
   // Raw storage (lanes are implicit-lifetime types): no initialisation cost
   // when it is not used.
   alignas(64) unsigned char staging[fold_block_bytes];
@@ -358,10 +362,15 @@ void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::siz
   for (std::size_t off = 0; off < m; off += block) {
     const std::size_t len = m - off < block ? m - off : block;
     lane* const to = late_alias ? staged : out + off;
-    fold_pass<U, false, false>(to, srcs, off, len, d, four);
-    std::size_t j = fuse;
-    for (; k - j > fuse; j += fuse) fold_pass<U, true, false>(to, srcs + j, off, len, d, four);
-    run_pass<U, true, Avg>(k - j, to, srcs + j, off, len, d);
+    std::size_t j = first;
+    if constexpr (Avg) {
+      fold_pass<U, false, false>(to, srcs, off, len, d, four);
+      for (; k - j > fuse; j += fuse) fold_pass<U, true, false>(to, srcs + j, off, len, d, four);
+      run_pass<U, true, true>(k - j, to, srcs + j, off, len, d);
+    } else {
+      run_pass<U, false, false>(first, to, srcs, off, len, d);
+      for (; j < k; j += fuse) fold_pass<U, true, false>(to, srcs + j, off, len, d, four);
+    }
     if (late_alias) std::memcpy(out + off, staged, len * sizeof(lane));
   }
 }
