@@ -3,8 +3,8 @@
 // to a private buffer that is printed only when that rank failed, failure
 // counts are reduced over ranks, and every rank exits with the total, so
 // mpiexec and meson see one verdict. Without MPI it is a plain Catch2 main.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+// Catch2's implementation is in catch_impl.cpp, compiled once.
+#include "catch_run.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -27,17 +27,17 @@ int main(int argc, char** argv) {
   int size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  Catch::Session session;
-  if (int rc = session.applyCommandLine(argc, argv); rc != 0) {
-    MPI_Finalize();
-    return rc;
-  }
   std::string report_file;
   if (rank != 0) {
     report_file = "polycoll-test-rank" + std::to_string(rank) + "-" + std::to_string(::getpid()) + ".log";
-    session.configData().outputFilename = report_file;
   }
-  int failed = session.run();
+  bool bad_command_line = false;
+  const int failed =
+      polycoll::test::run_catch(argc, argv, rank != 0 ? report_file.c_str() : nullptr, &bad_command_line);
+  if (bad_command_line) {
+    MPI_Finalize();
+    return failed;
+  }
   int total = 0;
   MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank != 0) {
@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   MPI_Finalize();
   return total > 255 ? 255 : total;
 #else
-  return Catch::Session().run(argc, argv);
+  bool bad_command_line = false;
+  const int failed = polycoll::test::run_catch(argc, argv, nullptr, &bad_command_line);
+  return failed > 255 ? 255 : failed;
 #endif
 }

@@ -1,8 +1,8 @@
 // The Catch2 main of the Nccl suites. Without a usable GPU it first checks
 // that the backend says so as an Error (no crash, no hang), then exits 77, which
 // meson reports as SKIP: nothing here passes silently without a GPU.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+// Catch2's implementation is in ../catch_impl.cpp, compiled once.
+#include "../catch_run.hpp"
 
 #include <cstdio>
 
@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "one GPU: world size 1 only (NCCL cannot put two ranks on one device); the parts of "
                          "the cases that need 2+ ranks (cross-rank mismatch, multi-group split) do not run\n");
   }
-  const int failed = Catch::Session().run(argc, argv);
+  bool bad_command_line = false;
+  const int failed = polycoll::test::run_catch(argc, argv, nullptr, &bad_command_line);
   polycoll::test::nccl_cache().clear();  // before the CUDA runtime shuts down
   return failed > 255 ? 255 : failed;
 }
