@@ -10,10 +10,10 @@ template class polycoll::Communicator<polycoll::Threads>;
 template const polycoll::AnyCommunicator::VTable& polycoll::AnyCommunicator::vtable_of<polycoll::Threads>() noexcept;
 
 namespace polycoll {
-#define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_THREADS_PAIR(, D, Op)
+#define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_BACKEND_PAIR(, Threads, D, Op)
 POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR(POLYCOLL_DETAIL_X)
 #undef POLYCOLL_DETAIL_X
-#define POLYCOLL_DETAIL_X(D) POLYCOLL_DETAIL_THREADS_DTYPE(, D)
+#define POLYCOLL_DETAIL_X(D) POLYCOLL_DETAIL_BACKEND_DTYPE(, Threads, D)
 POLYCOLL_DETAIL_FOR_EACH_DTYPE(POLYCOLL_DETAIL_X)
 #undef POLYCOLL_DETAIL_X
 }  // namespace polycoll

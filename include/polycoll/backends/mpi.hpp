@@ -49,6 +49,7 @@
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/on_error.hpp>
+#include <polycoll/detail/linkage.hpp>
 #include <polycoll/detail/text.hpp>
 #include <polycoll/detail/wait.hpp>
 #include <polycoll/kernels/reduce.hpp>
@@ -1467,43 +1468,16 @@ Status BasicMpi<Policies>::recv_impl(dtype_tag<D>, T* ptr, std::size_t count, st
 }
 
 /// @cond POLYCOLL_LIBRARY_INTERNALS
-// `Prefix template` for Mpi's (the default policies') calls of one valid
-// (dtype, op) pair and of one dtype, with the element type the front end
-// passes (dtype_tag<D>::type): `extern` declares, empty defines (src/mpi.cpp).
+// Mpi's (the default policies') calls of one valid (dtype, op) pair: those of
+// every backend (detail/linkage.hpp) and its out-of-place and value
+// all_reduce; `extern` declares, empty defines (src/mpi.cpp).
 #define POLYCOLL_DETAIL_MPI_PAIR(Prefix, D, Op)                                                                   \
-  Prefix template Status Mpi::all_reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                        \
-                                              dtype_tag<DType::D>::type*, std::size_t);                         \
+  POLYCOLL_DETAIL_BACKEND_PAIR(Prefix, Mpi, D, Op)                                                              \
   Prefix template Status Mpi::all_reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                        \
                                               const dtype_tag<DType::D>::type*, dtype_tag<DType::D>::type*,     \
                                               std::size_t);                                                     \
   Prefix template Status Mpi::all_reduce_value_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                  \
-                                                    dtype_tag<DType::D>::type*);                                \
-  Prefix template Status Mpi::reduce_scatter_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                    \
-                                                  const dtype_tag<DType::D>::type*, dtype_tag<DType::D>::type*, \
-                                                  std::size_t);                                                 \
-  Prefix template Status Mpi::reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                            \
-                                          const dtype_tag<DType::D>::type*, dtype_tag<DType::D>::type*,         \
-                                          std::size_t, std::size_t);
-#define POLYCOLL_DETAIL_MPI_DTYPE(Prefix, D)                                                                      \
-  Prefix template Status Mpi::broadcast_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,      \
-                                             std::size_t);                                                      \
-  Prefix template Status Mpi::all_gather_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,            \
-                                              dtype_tag<DType::D>::type*, std::size_t);                         \
-  Prefix template Status Mpi::gather_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,                \
-                                          dtype_tag<DType::D>::type*, std::size_t, std::size_t);                \
-  Prefix template Status Mpi::scatter_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,               \
-                                           dtype_tag<DType::D>::type*, std::size_t, std::size_t);               \
-  Prefix template Status Mpi::all_to_all_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,            \
-                                              dtype_tag<DType::D>::type*, std::size_t);                         \
-  Prefix template Status Mpi::all_gather_v_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,          \
-                                                std::size_t, dtype_tag<DType::D>::type*, const detail::VLayout&); \
-  Prefix template Status Mpi::all_to_all_v_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,          \
-                                                const detail::VLayout&, dtype_tag<DType::D>::type*,             \
-                                                const detail::VLayout&);                                        \
-  Prefix template Status Mpi::send_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*, std::size_t,     \
-                                        std::size_t, std::uint32_t);                                            \
-  Prefix template Status Mpi::recv_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,           \
-                                        std::size_t, std::uint32_t);
+                                                    dtype_tag<DType::D>::type*);
 
 // libpolycoll holds Mpi, the default policies: its members, its seed surface
 // (and so AnyCommunicator's table for it), and every collective and
@@ -1519,7 +1493,7 @@ extern template const AnyCommunicator::VTable& AnyCommunicator::vtable_of<Mpi>()
 #define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_MPI_PAIR(extern, D, Op)
 POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR(POLYCOLL_DETAIL_X)
 #undef POLYCOLL_DETAIL_X
-#define POLYCOLL_DETAIL_X(D) POLYCOLL_DETAIL_MPI_DTYPE(extern, D)
+#define POLYCOLL_DETAIL_X(D) POLYCOLL_DETAIL_BACKEND_DTYPE(extern, Mpi, D)
 POLYCOLL_DETAIL_FOR_EACH_DTYPE(POLYCOLL_DETAIL_X)
 #undef POLYCOLL_DETAIL_X
 #endif

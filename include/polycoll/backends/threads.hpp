@@ -993,40 +993,6 @@ Status Threads::recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t s
 }
 
 /// @cond POLYCOLL_LIBRARY_INTERNALS
-// `Prefix template` for the calls of one valid (dtype, op) pair and of one
-// dtype, with the element type the front end passes (dtype_tag<D>::type):
-// `extern` declares, empty defines (src/threads.cpp).
-#define POLYCOLL_DETAIL_THREADS_PAIR(Prefix, D, Op)                                                              \
-  Prefix template Status Threads::all_reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                   \
-                                                  dtype_tag<DType::D>::type*, std::size_t);                    \
-  Prefix template Status Threads::reduce_scatter_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,               \
-                                                      const dtype_tag<DType::D>::type*,                        \
-                                                      dtype_tag<DType::D>::type*, std::size_t);                \
-  Prefix template Status Threads::reduce_impl(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,                       \
-                                              const dtype_tag<DType::D>::type*, dtype_tag<DType::D>::type*,    \
-                                              std::size_t, std::size_t);
-#define POLYCOLL_DETAIL_THREADS_DTYPE(Prefix, D)                                                                  \
-  Prefix template Status Threads::broadcast_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,  \
-                                                 std::size_t);                                                  \
-  Prefix template Status Threads::all_gather_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,        \
-                                                  dtype_tag<DType::D>::type*, std::size_t);                     \
-  Prefix template Status Threads::gather_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,            \
-                                              dtype_tag<DType::D>::type*, std::size_t, std::size_t);            \
-  Prefix template Status Threads::scatter_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,           \
-                                               dtype_tag<DType::D>::type*, std::size_t, std::size_t);           \
-  Prefix template Status Threads::all_to_all_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,        \
-                                                  dtype_tag<DType::D>::type*, std::size_t);                     \
-  Prefix template Status Threads::all_gather_v_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,      \
-                                                    std::size_t, dtype_tag<DType::D>::type*,                    \
-                                                    const detail::VLayout&);                                    \
-  Prefix template Status Threads::all_to_all_v_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*,      \
-                                                    const detail::VLayout&, dtype_tag<DType::D>::type*,         \
-                                                    const detail::VLayout&);                                    \
-  Prefix template Status Threads::send_impl(dtype_tag<DType::D>, const dtype_tag<DType::D>::type*, std::size_t, \
-                                            std::size_t, std::uint32_t);                                        \
-  Prefix template Status Threads::recv_impl(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t,       \
-                                            std::size_t, std::uint32_t);
-
 // libpolycoll holds the seed surface of Threads (and so AnyCommunicator's
 // table for it), and every collective and point-to-point call of it for each
 // dtype and valid (dtype, op) pair: the seed surface's dispatch is compiled
@@ -1038,10 +1004,10 @@ Status Threads::recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t s
 extern template class Communicator<Threads>;
 extern template const AnyCommunicator::VTable& AnyCommunicator::vtable_of<Threads>() noexcept;
 #if !defined(POLYCOLL_DETAIL_BUILDING_LIBRARY)
-#define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_THREADS_PAIR(extern, D, Op)
+#define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_BACKEND_PAIR(extern, Threads, D, Op)
 POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR(POLYCOLL_DETAIL_X)
 #undef POLYCOLL_DETAIL_X
-#define POLYCOLL_DETAIL_X(D) POLYCOLL_DETAIL_THREADS_DTYPE(extern, D)
+#define POLYCOLL_DETAIL_X(D) POLYCOLL_DETAIL_BACKEND_DTYPE(extern, Threads, D)
 POLYCOLL_DETAIL_FOR_EACH_DTYPE(POLYCOLL_DETAIL_X)
 #undef POLYCOLL_DETAIL_X
 #endif
