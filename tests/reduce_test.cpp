@@ -322,7 +322,7 @@ TEST_CASE("combine_n matches a left fold of the reference for every valid (dtype
 
         // dst == srcs[a] exactly, at every position a (an in-place fold in
         // rank order has it at the caller's rank), including the positions a
-        // later pass of the blocked fold reads (a >= 4).
+        // pass after the blocked fold's first reads (a >= 1..4, by op and k).
         for (std::size_t a = 0; a < k; ++a) {
           INFO("dst == srcs[" << a << "]");
           auto in_place = copy_of(src[a]);

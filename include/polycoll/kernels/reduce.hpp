@@ -344,8 +344,8 @@ void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::siz
   // remaining r = 1..4 sources through run_pass. For pairs other than Avg that
   // pass is the block's first, which then uses the very loops of the k <= 4
   // case: k > 4 adds one loop per pair. For Avg pairs it is the last (with the
-  // division): the first would need loops of its own either way, and putting
-  // the short pass first cost bf16 avg ~5% at k = 5 (docs/benchmarks.md, "Fewer
+  // division): the first would need loops of its own either way, and the
+  // short pass first measured slower for bf16 avg (docs/benchmarks.md, "Fewer
   // kernel variants", also for why one binary loop per source is not used).
   // When dst is a source that a pass after the first reads, the block's first
   // pass would overwrite it first: then the block is folded in an L1 buffer
