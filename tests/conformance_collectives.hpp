@@ -41,7 +41,10 @@ TEST_CASE("reduce: every dtype, every valid op, every root, in place", "[conform
     each_pair([&]<DType D, ReduceOp Op, class T>() {
       for (std::size_t n : rooted_counts) {
         for (std::size_t root = 0; root < w; ++root) {
-          const bool in_place = n == 7 && root % 2 == 0;
+          // In place at small counts on even roots and at the large count on
+          // odd ones: MPICH's blocking MPI_Reduce faulted on MPI_IN_PLACE at a
+          // root other than 0 from about 1000 elements.
+          const bool in_place = (n == 7 && root % 2 == 0) || (n == 4097 && root % 2 == 1);
           Array<T> host(n);
           for (std::size_t i = 0; i < n; ++i) host[i] = input<T>(Op, w, r, i);
           Buf<T> send(n), recv(r == root ? n : 0);

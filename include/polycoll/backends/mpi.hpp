@@ -1300,8 +1300,22 @@ Status BasicMpi<Policies>::reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<O
     if (at_root) f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, state_->size};
   }
   return collective(c, dt, "MPI_Reduce", "MPI_Ireduce", [&](MPI_Request* req) {
-    return req ? MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, req)
-               : MPI_Reduce(sbuf, recv, n, dt, op, r, state_->comm);
+    if (req) return MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, req);
+    if (detail::mpi::in_place_reduce_faults && sbuf == MPI_IN_PLACE && root != 0) {
+      // MPICH's blocking MPI_Reduce faults on MPI_IN_PLACE at a root other
+      // than 0 (MPICH 4.0.2, its reduce-scatter + gather algorithm: from about
+      // 1000 f32 with MPI_SUM at 2-4 ranks). The root reduces from a copy of
+      // its buffer instead; MPI_Ireduce and root 0 are not affected.
+      auto& copy = state_->in_place_copy;
+      try {
+        if (copy.size() < count * sizeof(T)) copy.resize(count * sizeof(T));
+      } catch (const std::bad_alloc&) {
+        return MPI_ERR_NO_MEM;
+      }
+      std::memcpy(copy.data(), static_cast<const void*>(recv), count * sizeof(T));
+      return MPI_Reduce(copy.data(), recv, n, dt, op, r, state_->comm);
+    }
+    return MPI_Reduce(sbuf, recv, n, dt, op, r, state_->comm);
   }, f);
 }
 

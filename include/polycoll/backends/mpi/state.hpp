@@ -54,6 +54,10 @@ struct CommState {
   std::vector<std::byte> halving_scratch;
   // The result block of a blocking in-place reduce_scatter, grown, never shrunk.
   std::vector<std::byte> reduce_scatter_scratch;
+  // The root's copy of its buffer for a blocking in-place reduce where MPI
+  // cannot take MPI_IN_PLACE (detail::mpi::in_place_reduce_faults), grown,
+  // never shrunk.
+  std::vector<std::byte> in_place_copy;
   // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
   PairShm shm;
 };

@@ -128,4 +128,13 @@ MPI_Op builtin_op() noexcept {
   }
 }
 
+/// True where the blocking MPI_Reduce faults when the root is not rank 0 and
+/// passes MPI_IN_PLACE: MPICH (seen with 4.0.2, the Debian 12 package); the Mpi
+/// backend then hands it a copy of the root's buffer instead.
+#if defined(MPICH_VERSION)
+inline constexpr bool in_place_reduce_faults = true;
+#else
+inline constexpr bool in_place_reduce_faults = false;
+#endif
+
 }  // namespace polycoll::detail::mpi
