@@ -13,8 +13,10 @@
 /// - f64, f32: IEEE arithmetic. Min and Max PROPAGATE NaN: if either operand is
 ///   NaN the result is NaN, like IEEE 754-2019 minimum/maximum (C23 fminimum)
 ///   and torch.minimum, unlike std::fmin, which drops the NaN: a reduction that
-///   silently hides a NaN produced on one rank is the worse surprise. Which NaN
-///   payload survives is unspecified, and so is the order of -0.0 and +0.0.
+///   silently hides a NaN produced on one rank is the worse surprise. As there,
+///   -0.0 < +0.0: min(+0, -0) is -0 and max is +0 in either operand order, so
+///   no backend's choice of order changes a min/max result. Which NaN payload
+///   survives is unspecified.
 ///   (-ffinite-math-only, part of -ffast-math, lets the compiler drop the NaN
 ///   tests; the guarantee holds for standard floating-point flags only.)
 /// - f16, bf16, f8e4m3, f8e5m2: each operand is converted to float, the op is
@@ -97,6 +99,27 @@ struct no_divide {
   static constexpr divisor_type make_divisor(std::size_t d) noexcept { return d; }
 };
 
+/// Min/max of floating operands from the selections made in both operand
+/// orders (`r1`: b taken when it is smaller/larger, `r2`: a taken when it is),
+/// as raw bits. Where the operands differ and neither is NaN, r1 == r2. For
+/// +0 and -0, min ORs the sign bits (-0) and max ANDs them (+0). When one is
+/// NaN, r1 and r2 are the two operands, and the OR of the bits below the sign
+/// keeps the all-ones exponent and a non-zero mantissa: a NaN.
+template <ReduceOp Op, class Bits>
+constexpr Bits merge_selections(Bits r1, Bits r2) noexcept {
+  if constexpr (Op == ReduceOp::Min) {
+    return static_cast<Bits>(r1 | r2);
+  } else {
+    // The OR with its sign bit taken from the AND instead. Written as an XOR
+    // with the masked difference: GCC 12 vectorises this form to fewer
+    // instructions than the and/or/or form (docs/benchmarks.md, "Order-free
+    // min and max").
+    constexpr Bits sign = static_cast<Bits>(Bits{1} << (8 * sizeof(Bits) - 1));
+    const Bits any = static_cast<Bits>(r1 | r2);
+    return static_cast<Bits>(any ^ ((any ^ (r1 & r2)) & sign));
+  }
+}
+
 /// f64 and f32: plain IEEE arithmetic.
 template <class T, ReduceOp Op>
 struct ieee_unit {
@@ -109,13 +132,16 @@ struct ieee_unit {
       return a + b;
     } else if constexpr (Op == ReduceOp::Prod) {
       return a * b;
-    } else if constexpr (Op == ReduceOp::Min) {
-      // `b < a ? b : a` already yields a when a is NaN (the compare is false);
-      // the `b != b` test (true only for NaN) catches a NaN b. Two selects, no
-      // branch: this vectorises to compare + blend.
-      return b != b ? b : (b < a ? b : a);
     } else {
-      return b != b ? b : (a < b ? b : a);
+      // The selection in both operand orders, merged bit by bit: where the
+      // operands differ (and neither is NaN) the two agree; equal operands
+      // differ only as +0 and -0, where -0 < +0 (IEEE 754-2019 minimum and
+      // maximum) whatever the order, which a backend's algorithm chooses; and
+      // a NaN operand makes the merge a NaN (the payload is unspecified).
+      using bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+      const bits r1 = std::bit_cast<bits>(Op == ReduceOp::Min ? (b < a ? b : a) : (a < b ? b : a));
+      const bits r2 = std::bit_cast<bits>(Op == ReduceOp::Min ? (a < b ? a : b) : (b < a ? a : b));
+      return std::bit_cast<T>(merge_selections<Op>(r1, r2));
     }
   }
   static divisor_type make_divisor(std::size_t d) noexcept { return static_cast<T>(d); }
@@ -144,9 +170,13 @@ struct narrow_float_unit {
       // rounding it back would be the identity: select the operand instead and
       // save the float -> T conversion. The select moves raw bytes, because
       // GCC vectorises an integer blend but not a choice between two structs.
-      const bool take_b = (y != y) | (Op == ReduceOp::Min ? y < x : x < y);
-      const raw r = take_b ? std::bit_cast<raw>(b) : std::bit_cast<raw>(a);
-      return std::bit_cast<T>(r);
+      // Both operand orders merged as in ieee_unit: -0 < +0 whatever the
+      // order, and a NaN operand gives a NaN (its bits: exponent and mantissa
+      // all ones in f8e4m3, as in the IEEE-like formats, survive the merge).
+      const raw ra = std::bit_cast<raw>(a), rb = std::bit_cast<raw>(b);
+      const raw r1 = (Op == ReduceOp::Min ? y < x : x < y) ? rb : ra;
+      const raw r2 = (Op == ReduceOp::Min ? x < y : y < x) ? ra : rb;
+      return std::bit_cast<T>(merge_selections<Op>(r1, r2));
     }
   }
   static divisor_type make_divisor(std::size_t d) noexcept { return static_cast<float>(d); }
