@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "reproducible.hpp"
+
 namespace {
 
 using namespace polycoll;
@@ -372,3 +374,13 @@ TEST_CASE("NoOp all_reduce_value leaves earlier point-to-point work pending", "[
 }
 
 }  // namespace
+
+// Options::reproducible on a world of one: every reduction form returns the
+// rank's own data (avg divided by 1), the fold of one contribution.
+TEST_CASE("NoOp reproducible: every reduction is the rank-order fold of one rank", "[noop][reproducible]") {
+  Options o;
+  o.reproducible = true;
+  NoOp comm(o);
+  CHECK(comm.options().reproducible);
+  CHECK(polycoll::test::reproducible::check(comm) == "");
+}

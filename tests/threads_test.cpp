@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "count_allocations.hpp"
+#include "reproducible.hpp"
 
 
 using polycoll::test::g_allocations;
@@ -254,6 +255,45 @@ TEST_CASE("reductions fold in rank order at every size and element position", "[
       check(red_out[r].data(), 0, count, "reduce to root" + at);
       check(red_ip_out[r].data(), 0, count, "in-place reduce to root" + at);
     }
+  }
+}
+
+// Options::reproducible (tests/reproducible.hpp): every reduction form gives
+// the bits of the rank-order fold at 1-5 ranks, directly and through
+// AnyCommunicator; POLYCOLL_REPRODUCIBLE=1 sets the option.
+TEST_CASE("reproducible: every reduction is the rank-order fold", "[threads][reproducible]") {
+  for (std::size_t n = 1; n <= 5; ++n) {
+    std::vector<std::string> errors(n), any_errors(n);
+    Options o;
+    o.reproducible = true;
+    const Status s = Threads::run(n, [&](Threads& comm) {
+      const std::size_t r = comm.rank();
+      if (!comm.options().reproducible) errors[r] = "options().reproducible is false";
+      if (errors[r].empty()) errors[r] = test::reproducible::check(comm);
+    }, o);
+    REQUIRE(s);
+    for (std::size_t r = 0; r < n; ++r) {
+      INFO("world " << n << ", rank " << r);
+      CHECK(errors[r] == "");
+    }
+  }
+  ::setenv("POLYCOLL_REPRODUCIBLE", "1", 1);
+  auto comms = Threads::create(3);
+  ::unsetenv("POLYCOLL_REPRODUCIBLE");
+  REQUIRE(comms);
+  CHECK((*comms)[0].options().reproducible);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> ts;
+  for (std::size_t r = 0; r < 3; ++r) {
+    ts.emplace_back([&, r] {
+      AnyCommunicator any{std::move((*comms)[r])};
+      errors[r] = test::reproducible::check(any);
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("AnyCommunicator over Threads, rank " << r);
+    CHECK(errors[r] == "");
   }
 }
 

@@ -50,6 +50,13 @@ struct Options {
   /// like MPI_ERRORS_ARE_FATAL. Also POLYCOLL_ON_ERROR=abort, for the
   /// communicators made after it is set. See docs/reliability.md.
   OnError on_error = OnError::return_error;
+  /// Every reduction (all_reduce, reduce_scatter, reduce) combines the ranks'
+  /// contributions in rank order, ((x0 OP x1) OP x2) ... OP x(p-1), so a
+  /// result depends only on the inputs and the world size: the same bits on
+  /// every backend that supports it, every algorithm and every run. Also
+  /// POLYCOLL_REPRODUCIBLE=1. Set it alike on every rank. Costs and the
+  /// backends' paths: docs/reliability.md ("Reproducible reductions").
+  bool reproducible = false;
 };
 
 class AnyCommunicator;

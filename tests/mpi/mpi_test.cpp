@@ -34,6 +34,7 @@
 
 #include "../count_allocations.hpp"
 #include "common.hpp"
+#include "../reproducible.hpp"
 
 using polycoll::test::g_allocations;
 
@@ -1066,6 +1067,105 @@ TEST_CASE("every policy bundle computes the same results", "[mpi][policies]") {
   check(BasicMpi<Policies<blocking, kernel_ops>>::world());
   check(BasicMpi<Policies<nonblocking, builtin_ops>>::world());
   check(BasicMpi<Policies<nonblocking, kernel_ops>>::world());
+}
+
+// Options::reproducible (tests/reproducible.hpp, docs/reliability.md): every
+// reduction form gives the bits of the rank-order fold, which Threads computes
+// too: under both completion policies, with op_timeout (the timed MPI_I*
+// steps), through AnyCommunicator, and with POLYCOLL_REPRODUCIBLE=1.
+TEST_CASE("reproducible: every reduction is the rank-order fold", "[mpi][reproducible]") {
+  Options o;
+  o.reproducible = true;
+  {
+    Mpi comm = world(o);
+    CHECK(comm.options().reproducible);
+    CHECK(test::reproducible::check(comm) == "");
+  }
+  {
+    using namespace polycoll::mpi;
+    auto nb = BasicMpi<Policies<nonblocking, kernel_ops>>::world(o);
+    REQUIRE(nb);
+    CHECK(test::reproducible::check(*nb) == "");
+  }
+  {
+    Options timed = o;
+    timed.op_timeout = 60s;
+    AnyCommunicator any{world(timed)};
+    CHECK(test::reproducible::check(any) == "");
+  }
+  ::setenv("POLYCOLL_REPRODUCIBLE", "1", 1);
+  Mpi from_env = world();
+  ::unsetenv("POLYCOLL_REPRODUCIBLE");
+  CHECK(from_env.options().reproducible);
+  auto sub = from_env.split(0, static_cast<std::uint32_t>(from_env.world_size() - from_env.rank()));
+  REQUIRE(sub);
+  REQUIRE(sub->has_value());
+  CHECK((*sub)->options().reproducible);
+  CHECK(test::reproducible::check(**sub) == "");
+}
+
+// The fold of the reproducible path above 64 ranks goes on in passes into
+// its output (backends/mpi/ordered.hpp); its bits must stay those of one
+// binary step at a time. Rank-local: no communication.
+TEST_CASE("reproducible: the rank-order fold of more than 64 contributions", "[mpi][reproducible]") {
+  auto fold_matches = []<class T, ReduceOp Op>(std::size_t p, std::size_t n) {
+    constexpr DType D = dtype_of_v<T>;
+    std::vector<T> all;
+    for (std::size_t q = 0; q < p; ++q) {
+      const auto x = test::reproducible::inputs<T>(q, n, 5);
+      all.insert(all.end(), x.begin(), x.end());
+    }
+    std::vector<T> want(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
+    for (std::size_t q = 1; q < p; ++q) {
+      kernels::combine(dtype_tag<D>{}, op_tag<Op>{}, want.data(), want.data(), all.data() + q * n, n);
+    }
+    if constexpr (Op == ReduceOp::Avg) kernels::divide(dtype_tag<D>{}, want.data(), n, p);
+    std::vector<T> got(n);
+    detail::mpi::fold_ranks<D, Op>(got.data(), all.data(), n, p, n);
+    return std::memcmp(got.data(), want.data(), n * sizeof(T)) == 0;
+  };
+  for (std::size_t p : {63u, 64u, 65u, 127u, 128u, 129u, 200u}) {
+    INFO(p << " contributions");
+    CHECK(fold_matches.template operator()<float, ReduceOp::Sum>(p, 37));
+    CHECK(fold_matches.template operator()<f16, ReduceOp::Avg>(p, 37));
+    CHECK(fold_matches.template operator()<double, ReduceOp::Prod>(p, 37));
+    CHECK(fold_matches.template operator()<std::complex<float>, ReduceOp::Avg>(p, 37));
+  }
+}
+
+// A reproducible reduction that times out stays one posted collective, as
+// every other does: a later sync() completes it once the late ranks call,
+// and the result is the rank-order fold.
+TEST_CASE("reproducible: a timed-out reduction completes at a later sync", "[mpi][reproducible][timeout]") {
+  Options o;
+  o.reproducible = true;
+  o.op_timeout = 100ms;
+  Mpi comm = world(o);
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  for (const std::size_t n : {std::size_t{7}, std::size_t{20001}}) {
+    INFO(n << " elements");
+    const auto want = test::reproducible::fold<float, ReduceOp::Sum>(w, n, 3);
+    std::vector<float> buf = test::reproducible::inputs<float>(r, n, 3);
+    // Rank 0 calls alone and times out (with one rank it completes at once);
+    // the others call after it has.
+    if (r == 0) {
+      const Status s = comm.all_reduce(std::span(buf), polycoll::sum);
+      if (w > 1) {
+        REQUIRE_FALSE(s);
+        CHECK(s.error().code == Errc::timeout);
+        CHECK(contains(s.error().message, "all_reduce(count=" + std::to_string(n)));
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (r != 0) {
+      const Status s = comm.all_reduce(std::span(buf), polycoll::sum);
+      CHECK((s || s.error().code == Errc::timeout));
+    }
+    CHECK(sync_until_done(comm));
+    CHECK(std::memcmp(buf.data(), want.data(), n * sizeof(float)) == 0);
+    CHECK(comm.pending() == 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST_CASE("AnyCommunicator holds an Mpi", "[mpi][any]") {

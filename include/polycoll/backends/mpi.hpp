@@ -38,6 +38,7 @@
 #include <polycoll/backends/mpi/environment.hpp>
 #include <polycoll/backends/mpi/error.hpp>
 #include <polycoll/backends/mpi/halving.hpp>
+#include <polycoll/backends/mpi/ordered.hpp>
 #include <polycoll/detail/send_check.hpp>
 #include <polycoll/backends/mpi/policies.hpp>
 #include <polycoll/backends/mpi/process.hpp>
@@ -412,6 +413,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const auto dl = deadline();
     auto guard = lock();
     if (auto s = check(c, dl); !s) return s;
+    if (ordered<D, Op>()) return ordered_reduce<D, Op>(c, send ? send : buf, buf, count, true, 0, dl);
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Iallreduce(send ? static_cast<const void*>(send) : MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
@@ -462,6 +464,157 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       if constexpr (Op == ReduceOp::Avg) kernels::divide(d, buf, count, state_->size);
     }
     return {};
+  }
+
+  // ------------------------------------------------------------ reproducible reductions
+
+  // Options::reproducible: true when this reduction is folded here in rank
+  // order (backends/mpi/ordered.hpp) instead of by MPI or the 2-rank
+  // algorithms: at 3 or more ranks, for the pairs whose bits depend on the
+  // order (floating and complex sums, products, averages). At 2 a reduction
+  // is one binary step per element, and IEEE sum and product commute, so
+  // every path already gives the rank-order result.
+  template <DType D, ReduceOp Op>
+  bool ordered() const noexcept {
+    if constexpr (detail::mpi::order_matters<D, Op>) {
+      return state_->options.reproducible && state_->size > 2;
+    } else {
+      return false;
+    }
+  }
+
+  [[gnu::cold]] Status ordered_out_of_memory(const detail::CallDesc& c) const {
+    return tl::unexpected(
+        this->error(Errc::backend_failure, c, "out of memory (the reproducible reduction's scratch)"));
+  }
+
+  // The communicator's reused scratch of at least `bytes` (lock held), or
+  // nullptr when out of memory. Never empty, so that nullptr means only that.
+  std::byte* ordered_scratch(std::size_t bytes) noexcept {
+    bytes = bytes == 0 ? 1 : bytes;
+    try {
+      if (state_->ordered_scratch.size() < bytes) state_->ordered_scratch.resize(bytes);
+      return state_->ordered_scratch.data();
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
+  }
+
+  // A reproducible reduction that is one MPI collective into `bytes` of
+  // scratch (`post(scratch, request)`; request null: the blocking form)
+  // followed, where `fold`, by the rank-order fold of the scratch's p
+  // contributions of `count` elements into `recv`. Blocking, it uses the
+  // communicator's scratch and folds at once. Under the nonblocking policy or
+  // with op_timeout it is posted like every other collective: the scratch is
+  // the call's own, kept by the request, and the fold is its finish, so a
+  // call that times out stays one posted collective that a later sync()
+  // completes, result included. Every allocation comes before the MPI call,
+  // so running out of memory fails the call on this rank before any message.
+  template <DType D, ReduceOp Op, class T, class Post>
+  Status ordered_one(const detail::CallDesc& c, T* recv, std::size_t count, std::size_t bytes, bool fold,
+                     const char* blocking_fn, const char* nonblocking_fn,
+                     const std::optional<detail::Clock::time_point>& dl, Post&& post) {
+    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    if (!nonblocking && !dl) {
+      std::byte* scratch = ordered_scratch(bytes);
+      if (scratch == nullptr) return ordered_out_of_memory(c);
+      if (const int rc = post(scratch, nullptr); rc != MPI_SUCCESS) return mpi_error(c, rc, blocking_fn);
+      if (fold) detail::mpi::fold_ranks<D, Op>(recv, reinterpret_cast<const T*>(scratch), count, state_->size, count);
+      return {};
+    }
+    std::unique_ptr<std::byte[]> owned(new (std::nothrow) std::byte[bytes == 0 ? 1 : bytes]);
+    if (!owned) return ordered_out_of_memory(c);
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (const int rc = post(owned.get(), &req); rc != MPI_SUCCESS) return mpi_error(c, rc, nonblocking_fn);
+    detail::mpi::Finish f;
+    if (fold) f = {&detail::mpi::fold_finish<D, Op>, recv, owned.get(), count, state_->size};
+    return posted(req, c, dt, f, nonblocking_fn, dl, std::move(owned));
+  }
+
+  // all_reduce (`all`) or reduce to `root` of `count` elements from `send`
+  // into `recv` (they may be equal), folded in rank order. Lock held,
+  // consistency check done.
+  template <DType D, ReduceOp Op, class T>
+  Status ordered_reduce(const detail::CallDesc& c, const T* send, T* recv, std::size_t count, bool all,
+                        std::size_t root, const std::optional<detail::Clock::time_point>& dl) {
+    const std::size_t p = state_->size, me = state_->rank;
+    const bool gets_result = all || me == root;
+    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const MPI_Comm comm = state_->comm;
+    const int n = static_cast<int>(count), r = static_cast<int>(root);
+    if (nonblocking || dl || count * sizeof(T) <= detail::mpi::ordered_gather_to_bytes / p) {
+      // Every rank's whole buffer, then the whole fold where the result goes.
+      const std::size_t bytes = gets_result ? p * count * sizeof(T) : 0;
+      return ordered_one<D, Op>(c, recv, count, bytes, gets_result, all ? "MPI_Allgather" : "MPI_Gather",
+                                all ? "MPI_Iallgather" : "MPI_Igather", dl,
+                                [&](std::byte* scratch, MPI_Request* req) {
+                                  if (all) {
+                                    return req ? MPI_Iallgather(send, n, dt, scratch, n, dt, comm, req)
+                                               : MPI_Allgather(send, n, dt, scratch, n, dt, comm);
+                                  }
+                                  return req ? MPI_Igather(send, n, dt, scratch, n, dt, r, comm, req)
+                                             : MPI_Gather(send, n, dt, scratch, n, dt, r, comm);
+                                });
+    }
+    // Blocking and large: rank q receives block q of every rank's buffer
+    // (MPI_Alltoallv) and folds it; the folded blocks, padded to one length,
+    // are gathered with MPI_Allgather / MPI_Gather and copied into recv. (Not
+    // MPI_Allgatherv: MPICH 4.0's took about 100 times as long as its
+    // MPI_Allgather of the same bytes at 3 ranks; docs/benchmarks.md,
+    // "Reproducible reductions".) Everything is allocated before the first
+    // collective, and the fold cannot fail, so the ranks never part ways
+    // between the two.
+    const std::size_t len = detail::mpi::block_length(count, p);
+    if (p * len > static_cast<std::size_t>(INT_MAX)) [[unlikely]] {
+      return tl::unexpected(this->error(Errc::unsupported, c,
+                                        "the reproducible reduction's blocks exceed INT_MAX, the largest MPI-3 count"));
+    }
+    const detail::mpi::Block mine = detail::mpi::block_of(count, p, me);
+    // p blocks of len (this rank's block of every rank), the folded block,
+    // and where the result goes the p folded blocks.
+    const std::size_t elems = (p + 1) * len + (gets_result ? p * len : 0);
+    auto* blocks = reinterpret_cast<T*>(ordered_scratch(elems * sizeof(T)));
+    if (blocks == nullptr) return ordered_out_of_memory(c);
+    T* const folded = blocks + p * len;
+    T* const gathered = folded + len;
+    auto& v = state_->v_ints;  // send counts, send displacements, receive counts, receive displacements
+    try {
+      v.resize(4 * p);
+    } catch (const std::bad_alloc&) {
+      return ordered_out_of_memory(c);
+    }
+    for (std::size_t q = 0; q < p; ++q) {
+      const detail::mpi::Block b = detail::mpi::block_of(count, p, q);
+      v[q] = static_cast<int>(b.len);
+      v[p + q] = static_cast<int>(b.lo);
+      v[2 * p + q] = static_cast<int>(mine.len);
+      v[3 * p + q] = static_cast<int>(q * len);
+    }
+    int rc = MPI_Alltoallv(send, v.data(), v.data() + p, dt, blocks, v.data() + 2 * p, v.data() + 3 * p, dt, comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Alltoallv");
+    detail::mpi::fold_ranks<D, Op>(folded, blocks, len, p, mine.len);
+    const int ln = static_cast<int>(len);
+    rc = all ? MPI_Allgather(folded, ln, dt, gathered, ln, dt, comm)
+             : MPI_Gather(folded, ln, dt, gathered, ln, dt, r, comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, all ? "MPI_Allgather" : "MPI_Gather");
+    if (gets_result) std::memcpy(static_cast<void*>(recv), gathered, count * sizeof(T));
+    return {};
+  }
+
+  // reduce_scatter of `count` elements per rank, folded in rank order: block
+  // q of every rank's send to rank q (MPI_Alltoall), then each rank folds its
+  // p blocks. Lock held, check done.
+  template <DType D, ReduceOp Op, class T>
+  Status ordered_reduce_scatter(const detail::CallDesc& c, const T* send, T* recv, std::size_t count,
+                                const std::optional<detail::Clock::time_point>& dl) {
+    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const MPI_Comm comm = state_->comm;
+    const int n = static_cast<int>(count);
+    return ordered_one<D, Op>(c, recv, count, state_->size * count * sizeof(T), true, "MPI_Alltoall", "MPI_Ialltoall",
+                              dl, [&](std::byte* scratch, MPI_Request* req) {
+                                return req ? MPI_Ialltoall(send, n, dt, scratch, n, dt, comm, req)
+                                           : MPI_Alltoall(send, n, dt, scratch, n, dt, comm);
+                              });
   }
 
   template <DType D, ReduceOp Op, class T>
@@ -880,6 +1033,7 @@ Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm c
   }
   s->options = options;
   s->options.on_error = detail::on_error_from(options.on_error);
+  s->options.reproducible = options.reproducible || detail::reproducible_from_environment();
   int rc = MPI_SUCCESS;
   if (mode == Mode::borrow) {
     // Errors on the caller's comm must come back to us, not abort.
@@ -1207,6 +1361,7 @@ Status BasicMpi<Policies>::reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, 
   const auto dl = deadline();
   auto guard = lock();
   if (auto s = check(c, dl); !s) return s;
+  if (ordered<D, Op>()) return ordered_reduce_scatter<D, Op>(c, send, recv, count, dl);
   // The in-place form changes the rank's own block of send and nothing
   // else, as on every backend. MPI_IN_PLACE cannot do that: it leaves the
   // result in block 0, another rank's input on every rank but 0. So MPI
@@ -1286,6 +1441,12 @@ Status BasicMpi<Policies>::reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<O
   auto c = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
   c.root = root;
   if (!live(count)) [[unlikely]] return enter(c, count);
+  if (ordered<D, Op>()) {
+    const auto dl = deadline();
+    auto guard = lock();
+    if (auto s = check(c, dl); !s) return s;
+    return ordered_reduce<D, Op>(c, send, recv, count, false, root, dl);
+  }
   int rc = MPI_SUCCESS;
   const MPI_Op op = op_for<D, Op>(rc, count * sizeof(T));
   if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");

@@ -90,6 +90,7 @@ class Nccl : public Communicator<Nccl> {
   [[nodiscard]] static Result<Nccl> from_unique_id(const ncclUniqueId& id, std::size_t world, std::size_t rank,
                                                    int device, Options options = {}) {
     options.on_error = detail::on_error_from(options.on_error);
+    options.reproducible = options.reproducible || detail::reproducible_from_environment();
     return detail::factory_result(options.on_error, make_from_unique_id(id, world, rank, device, options));
   }
 
@@ -98,6 +99,7 @@ class Nccl : public Communicator<Nccl> {
   /// communicator block until every rank has launched theirs.
   [[nodiscard]] static Result<std::vector<Nccl>> init_all(std::span<const int> devices, Options options = {}) {
     options.on_error = detail::on_error_from(options.on_error);
+    options.reproducible = options.reproducible || detail::reproducible_from_environment();
     return detail::factory_result(options.on_error, make_init_all(devices, options));
   }
 
@@ -107,6 +109,7 @@ class Nccl : public Communicator<Nccl> {
   /// initialised (polycoll::mpi::Environment or MPI_Init_thread).
   [[nodiscard]] static Result<Nccl> from_mpi(MPI_Comm comm, int device, Options options = {}) {
     options.on_error = detail::on_error_from(options.on_error);
+    options.reproducible = options.reproducible || detail::reproducible_from_environment();
     return detail::factory_result(options.on_error, make_from_mpi(comm, device, options));
   }
 #endif
@@ -364,10 +367,35 @@ class Nccl : public Communicator<Nccl> {
     return detail::nccl::red_op<D, Op>();
   }
 
+  // Options::reproducible asks for the rank-order fold of every other
+  // backend; NCCL reduces in an order of its own choosing (ring or tree,
+  // split over channels, by size and topology), which polycoll cannot change,
+  // so above one rank a floating or complex reduction says so instead of
+  // silently differing. Integer and bool reductions are exact in any order
+  // and go ahead. NCCL's own min and max are not polycoll's (NaN and the
+  // order of -0 and +0: docs/nccl.md), so floating min/max are refused too.
+  // (With one rank the result is the rank's own data, bit for bit.)
+  [[gnu::cold]] Status unordered(const detail::CallDesc& c) const {
+    return tl::unexpected(this->error(
+        Errc::unsupported, c,
+        "Options::reproducible (or POLYCOLL_REPRODUCIBLE=1) cannot be honoured above one rank: NCCL chooses its own "
+        "reduction order (docs/reliability.md, \"Reproducible reductions\")"));
+  }
+  template <DType D>
+  bool ordered_refused() const noexcept {
+    constexpr auto cat = dtype_tag<D>::category;
+    if constexpr (cat == DTypeCategory::floating || cat == DTypeCategory::complex) {
+      return e_->options().reproducible && world_size_impl() > 1;
+    } else {
+      return false;
+    }
+  }
+
   template <DType D, ReduceOp Op, class T>
   Status all_reduce_impl(dtype_tag<D>, op_tag<Op>, T* buf, std::size_t count) {
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
     if (!e_) return moved_from(c);
+    if (ordered_refused<D>()) [[unlikely]] return unordered(c);
     return e_->submit(c, {{buf, "buffer"}}, "ncclAllReduce", [&](ncclComm_t comm, cudaStream_t s) {
       return ncclAllReduce(buf, buf, count * map<D>::scale, map<D>::type, nccl_op<D, Op>(), comm, s);
     });
@@ -378,6 +406,7 @@ class Nccl : public Communicator<Nccl> {
   Status all_reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
     if (!e_) return moved_from(c);
+    if (ordered_refused<D>()) [[unlikely]] return unordered(c);
     return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclAllReduce",
                       [&](ncclComm_t comm, cudaStream_t s) {
                         return ncclAllReduce(send, recv, count * map<D>::scale, map<D>::type, nccl_op<D, Op>(),
@@ -391,6 +420,7 @@ class Nccl : public Communicator<Nccl> {
   Status all_reduce_value_impl(dtype_tag<D>, op_tag<Op>, T* value) {
     const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, Op);
     if (!e_) return moved_from(c);
+    if (ordered_refused<D>()) [[unlikely]] return unordered(c);
     static_assert(sizeof(T) <= 16, "the scratch slot holds one element of at most 16 bytes");
     return e_->all_reduce_value(c, value, sizeof(T), map<D>::scale, map<D>::type, nccl_op<D, Op>());
   }
@@ -418,6 +448,7 @@ class Nccl : public Communicator<Nccl> {
   Status reduce_scatter_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
     const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op);
     if (!e_) return moved_from(c);
+    if (ordered_refused<D>()) [[unlikely]] return unordered(c);
     return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclReduceScatter",
                       [&](ncclComm_t comm, cudaStream_t s) {
                         return ncclReduceScatter(send, recv, count * map<D>::scale, map<D>::type, nccl_op<D, Op>(),
@@ -430,6 +461,7 @@ class Nccl : public Communicator<Nccl> {
     auto c = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
     c.root = root;
     if (!e_) return moved_from(c);
+    if (ordered_refused<D>()) [[unlikely]] return unordered(c);
     // recv is null off the root, which NCCL allows there.
     return e_->submit(c, {{send, "send buffer"}, {recv, "recv buffer"}}, "ncclReduce",
                       [&](ncclComm_t comm, cudaStream_t s) {

@@ -100,6 +100,7 @@ class NoOp : public Communicator<NoOp> {
 
   static Options with_environment(Options options) noexcept {
     options.on_error = detail::on_error_from(options.on_error);
+    options.reproducible = options.reproducible || detail::reproducible_from_environment();
     if (detail::unrecognised_on_error() != nullptr) [[unlikely]] {
       static std::atomic<bool> logged{false};
       if (!logged.exchange(true)) {

@@ -92,6 +92,13 @@ inline bool check_from_environment() noexcept {
   return v != nullptr && v[0] == '1' && v[1] == '\0';
 }
 
+/// POLYCOLL_REPRODUCIBLE=1 in the environment switches Options::reproducible
+/// on for every communicator made after it (never off, as POLYCOLL_CHECK).
+inline bool reproducible_from_environment() noexcept {
+  const char* v = std::getenv("POLYCOLL_REPRODUCIBLE");
+  return v != nullptr && v[0] == '1' && v[1] == '\0';
+}
+
 /// A collective's fingerprint as fixed-width words, for backends that compare
 /// fingerprints by exchanging them (Mpi, Nccl): call, count, dtype, op, root, seq.
 using Fingerprint = std::array<std::uint64_t, 6>;

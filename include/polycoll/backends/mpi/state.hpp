@@ -58,6 +58,9 @@ struct CommState {
   // cannot take MPI_IN_PLACE (detail::mpi::in_place_reduce_faults), grown,
   // never shrunk.
   std::vector<std::byte> in_place_copy;
+  // The scratch of the blocking reproducible reductions
+  // (backends/mpi/ordered.hpp), grown, never shrunk.
+  std::vector<std::byte> ordered_scratch;
   // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
   PairShm shm;
 };

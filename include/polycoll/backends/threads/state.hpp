@@ -221,6 +221,9 @@ struct World {
         spin(size <= std::max(1u, std::thread::hardware_concurrency()) ? 20000u : 200u),
         ranks(new RankState[size]),
         scratch(new std::byte[size * 2 * small_bytes]) {
+    // Threads always folds in rank order; the flag is kept so that options()
+    // reports what the communicator guarantees.
+    options.reproducible = opt.reproducible || detail::reproducible_from_environment();
     // Touch the scratch once now, so that a collective never pays for a page's
     // first touch (docs/backends.md, "Memory").
     std::memset(scratch.get(), 0, size * 2 * small_bytes);
