@@ -473,11 +473,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // algorithms: at 3 or more ranks, for the pairs whose bits depend on the
   // order (floating and complex sums, products, averages). At 2 a reduction
   // is one binary step per element, and IEEE sum and product commute, so
-  // every path already gives the rank-order result.
+  // every path already gives the rank-order result; but not a complex
+  // product, whose imaginary part ar*bi + ai*br a compiler may contract into
+  // an FMA (GCC's default for C++, and clang's within an expression), which
+  // rounds differently with the operands swapped, as the 2-rank algorithms
+  // and MPI's user op may swap them: those take the rank-order path at 2 too.
   template <DType D, ReduceOp Op>
   bool ordered() const noexcept {
     if constexpr (detail::mpi::order_matters<D, Op>) {
-      return state_->options.reproducible && state_->size > 2;
+      constexpr bool complex_prod = dtype_tag<D>::category == DTypeCategory::complex && Op == ReduceOp::Prod;
+      return state_->options.reproducible && state_->size >= (complex_prod ? 2u : 3u);
     } else {
       return false;
     }

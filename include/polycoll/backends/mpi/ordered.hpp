@@ -16,7 +16,8 @@
 /// order take this path (order_matters: floating and complex sums, products,
 /// averages); at 1 and 2 ranks every existing path is already that fold (one
 /// binary step per element, and IEEE sum and product commute), so nothing
-/// changes there. The data movement, by collective:
+/// changes there, except for complex products at 2 (an FMA-contracted
+/// product does not commute: BasicMpi::ordered()). The data movement, by collective:
 ///
 /// - all_reduce, gathered bytes (world size x message) up to
 ///   ordered_gather_to_bytes, and at every size under the nonblocking policy
