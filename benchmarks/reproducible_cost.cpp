@@ -20,15 +20,14 @@
 #include <span>
 #include <vector>
 
+#include "stats.hpp"
+
 namespace {
 
 using namespace polycoll;
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using polycoll::bench::median;
 
 constexpr std::size_t sizes[] = {8, 1024, 16384, 65536, 262144, 1 << 20, 4 << 20};
 

@@ -291,3 +291,22 @@ TEST_CASE("AnyCommunicator forwards probe and wildcard receives; a backend witho
 }
 
 }  // namespace
+
+TEST_CASE("AnyCommunicator: the held backend records each call once; flight_record forwards", "[any][flight]") {
+  AnyCommunicator any{NoOp{}};
+  std::array<float, 4> buf{1, 2, 3, 4};
+  REQUIRE(any.all_reduce(detail::to_address(buf.data()), 4, DType::F32, ReduceOp::Max));  // seed surface
+  REQUIRE(any.broadcast(std::span<float>(buf), 0));                                        // typed surface
+  REQUIRE(any.barrier());
+  const auto rec = any.flight_record();
+  REQUIRE(rec.size() == 3);
+  CHECK(rec[0].number == 1);
+  CHECK(rec[0].call == "all_reduce(count=4, dtype=f32, op=max)");
+  CHECK(rec[1].call == "broadcast(count=4, dtype=f32, root=0)");
+  CHECK(rec[2].call == "barrier()");
+  CHECK(rec[2].collective == 3);
+  CHECK(any.target<NoOp>()->flight_record().size() == 3);
+  AnyCommunicator moved = std::move(any);
+  CHECK(any.flight_record().empty());  // NOLINT(bugprone-use-after-move): moved-from is specified
+  CHECK(moved.flight_record().size() == 3);
+}

@@ -384,3 +384,46 @@ TEST_CASE("NoOp reproducible: every reduction is the rank-order fold of one rank
   CHECK(comm.options().reproducible);
   CHECK(polycoll::test::reproducible::check(comm) == "");
 }
+
+// The flight recorder on a world of one: what each form records, which calls
+// it leaves out (probe, groups, calls the front end rejects), and moves.
+TEST_CASE("NoOp flight record: every call that reaches the backend, oldest first; moves with the communicator",
+          "[noop][flight]") {
+  NoOp comm;
+  CHECK(comm.flight_record().empty());
+  std::array<double, 3> a{1, 2, 3}, b{};
+  REQUIRE(comm.all_reduce(std::span<const double>(a), std::span<double>(b), polycoll::sum));  // out of place
+  REQUIRE(comm.reduce(std::span<const double>(a), std::span<double>(b), polycoll::min, 0));
+  auto g = comm.group();
+  REQUIRE(comm.send(std::span<const double>(a), 0, 5));
+  REQUIRE(g.end());
+  REQUIRE(comm.probe<double>(0, 5));
+  REQUIRE(comm.recv(std::span<double>(b), 0, 5));
+  REQUIRE(comm.all_reduce_value(1.5, polycoll::max));
+  CHECK_FALSE(comm.broadcast(std::span<double>(b), 1));  // root out of range: rejected, not recorded
+  REQUIRE(comm.sync());
+  const auto rec = comm.flight_record();
+  REQUIRE(rec.size() == 6);
+  const char* calls[] = {"all_reduce(count=3, dtype=f64, op=sum)", "reduce(count=3, dtype=f64, op=min, root=0)",
+                         "send(count=3, dtype=f64, dest=0, tag=5)", "recv(count=3, dtype=f64, src=0, tag=5)",
+                         "all_reduce(count=1, dtype=f64, op=max)", "sync()"};
+  const std::uint64_t collective[] = {1, 2, 0, 0, 3, 0};
+  for (std::size_t i = 0; i < rec.size(); ++i) {
+    INFO(i);
+    CHECK(rec[i].number == i + 1);
+    CHECK(rec[i].call == calls[i]);
+    CHECK(rec[i].collective == collective[i]);
+    CHECK(rec[i].end.has_value());
+    CHECK_FALSE(rec[i].error.has_value());
+  }
+  NoOp moved = std::move(comm);
+  CHECK(moved.flight_record().size() == 6);
+  CHECK(comm.flight_record().empty());  // NOLINT(bugprone-use-after-move): a moved-from NoOp records nothing
+  REQUIRE(comm.barrier());
+  CHECK(comm.flight_record().empty());
+  Options off;
+  off.flight_record_size = 0;
+  NoOp none(off);
+  REQUIRE(none.barrier());
+  CHECK(none.flight_record().empty());
+}

@@ -385,6 +385,184 @@ TEST_CASE("sync and barrier time out listing the pending operations", "[threads]
   }
 }
 
+TEST_CASE("a timeout names each missing rank's last call and logs every rank's flight record",
+          "[threads][timeout][flight]") {
+  // Rank 1 stalls in another call (a sync() on a recv nobody sends) while rank
+  // 0 waits for it in an all_reduce; rank 0's bound expires first.
+  Options o;
+  o.op_timeout = 400ms;
+  auto comms = make(2, o);
+  {
+    std::lock_guard lock(g_log_mutex);
+    g_log.clear();
+  }
+  const LogSink previous = set_log_sink(&capture);
+  Status r0, r1;
+  Status posted;
+  std::thread t1([&] {
+    float x = 0;
+    posted = comms[1].recv(std::span<float>(&x, 1), 0, 7);
+    std::this_thread::sleep_for(150ms);
+    r1 = comms[1].sync();
+  });
+  float v[2] = {1, 2};
+  r0 = comms[0].all_reduce(std::span<float>(v), polycoll::sum);
+  t1.join();
+  set_log_sink(previous);
+  REQUIRE(posted);
+  REQUIRE_FALSE(r0);
+  INFO(r0.error().message);
+  CHECK(r0.error().code == Errc::timeout);
+  CHECK(r0.error().message.find("waiting for rank(s) 1 to arrive; rank 1's last call: #2 sync(), running for ") !=
+        std::string::npos);
+  REQUIRE_FALSE(r1);
+  CHECK(r1.error().code == Errc::aborted);
+  // One block, written by the rank that timed out, holding both rings.
+  std::vector<std::string> blocks;
+  {
+    std::lock_guard lock(g_log_mutex);
+    for (const auto& m : g_log) {
+      if (m.rfind("flight record (", 0) == 0) blocks.push_back(m);
+    }
+  }
+  REQUIRE(blocks.size() == 1);
+  const std::string& b = blocks[0];
+  INFO(b);
+  CHECK(b.find(r0.error().message) != std::string::npos);
+  const auto at = [&](std::string_view what) { return b.find(what); };
+  CHECK(at("rank 0 of 2 [threads]: last 1 call(s)") < at("#1 (collective 1) all_reduce(count=2, dtype=f32, op=sum)"));
+  CHECK(at("#1 (collective 1) all_reduce(count=2, dtype=f32, op=sum)") < at("rank 1 of 2 [threads]: last 2 call(s)"));
+  CHECK(at("rank 1 of 2 [threads]: last 2 call(s)") < at("#1 recv(count=1, dtype=f32, src=0, tag=7)"));
+  CHECK(at("#1 recv(count=1, dtype=f32, src=0, tag=7)") < at("#2 sync()  started "));
+  CHECK(b.find(", running", at("#2 sync()  started ")) != std::string::npos);
+  // Each rank's own record says the same.
+  const auto rec0 = comms[0].flight_record();
+  REQUIRE(rec0.size() == 1);
+  CHECK(rec0[0].error == Errc::timeout);
+  const auto rec1 = comms[1].flight_record();
+  REQUIRE(rec1.size() == 2);
+  CHECK(rec1[1].call == "sync()");
+  CHECK(rec1[1].error == Errc::aborted);
+}
+
+TEST_CASE("flight record: the last N calls in order, with numbers, collective numbers, times and errors",
+          "[threads][flight]") {
+  Options o;
+  o.flight_record_size = 4;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<CallRecord>> recs(2);
+  REQUIRE(Threads::run(
+      2,
+      [&](Threads& c) -> Status {
+        std::array<float, 2> v{1, 2};
+        if (!c.all_reduce(std::span<float>(v), polycoll::sum)) return fail(Errc::backend_failure, "all_reduce");
+        if (!c.broadcast(std::span<float>(v), 1)) return fail(Errc::backend_failure, "broadcast");
+        // Rank 0 sends two elements where rank 1 posted one: its sync() fails.
+        std::array<float, 1> one{};
+        if (c.rank() == 0) {
+          if (!c.send(std::span<const float>(v), 1, 3)) return fail(Errc::backend_failure, "send");
+        } else if (!c.recv(std::span<float>(one), 0, 3)) {
+          return fail(Errc::backend_failure, "recv");
+        }
+        const Status synced = c.sync();
+        if (c.rank() == 1 && (synced || synced.error().code != Errc::truncated)) {
+          return fail(Errc::backend_failure, "expected a truncated recv");
+        }
+        if (!c.barrier()) return fail(Errc::backend_failure, "barrier");
+        // A call the front end rejects never reaches the backend: not recorded.
+        if (c.broadcast(std::span<float>(v), 9)) return fail(Errc::backend_failure, "root 9 accepted");
+        recs[c.rank()] = c.flight_record();
+        return {};
+      },
+      o));
+  const auto t1 = std::chrono::steady_clock::now();
+  for (std::size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const auto& rec = recs[r];
+    REQUIRE(rec.size() == 4);  // 5 calls, the ring keeps 4
+    for (std::size_t i = 0; i < 4; ++i) {
+      CHECK(rec[i].number == i + 2);
+      REQUIRE(rec[i].end);
+      // The coarse clock may read up to a tick (a few ms) behind steady_clock.
+      CHECK(rec[i].start >= t0 - 20ms);
+      CHECK(*rec[i].end >= rec[i].start);
+      CHECK(*rec[i].end <= t1);
+    }
+    CHECK(rec[0].call == "broadcast(count=2, dtype=f32, root=1)");
+    CHECK(rec[0].collective == 2);
+    CHECK(rec[1].call == (r == 0 ? "send(count=2, dtype=f32, dest=1, tag=3)" : "recv(count=1, dtype=f32, src=0, tag=3)"));
+    CHECK(rec[1].collective == 0);
+    CHECK(rec[1].error == std::nullopt);
+    CHECK(rec[2].call == "sync()");
+    CHECK(rec[2].error == (r == 1 ? std::optional<Errc>(Errc::truncated) : std::nullopt));
+    CHECK(rec[3].call == "barrier()");
+    CHECK(rec[3].collective == 3);
+  }
+}
+
+TEST_CASE("flight record: size 0 keeps none, and a timeout still names the missing rank", "[threads][flight]") {
+  Options o;
+  o.flight_record_size = 0;
+  o.op_timeout = 50ms;
+  auto comms = make(2, o);
+  std::array<float, 2> v{};
+  const Status s = comms[0].all_reduce(std::span<float>(v), polycoll::sum);
+  REQUIRE_FALSE(s);
+  INFO(s.error().message);
+  CHECK(s.error().message.find("rank(s) 1 to arrive; rank 1's last call: unknown (no flight record)") !=
+        std::string::npos);
+  CHECK(comms[0].flight_record().empty());
+  CHECK(comms[1].flight_record().empty());
+}
+
+TEST_CASE("flight record: read while two threads call, every snapshot is whole and in order",
+          "[threads][flight][concurrency]") {
+  Options o;
+  o.flight_record_size = 8;
+  auto comms = make(1, o);
+  std::atomic<bool> done{false};
+  std::atomic<std::size_t> bad{0}, snapshots{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const auto rec = comms[0].flight_record();
+      snapshots.fetch_add(1);
+      if (rec.size() > 8) bad.fetch_add(1);
+      for (std::size_t i = 1; i < rec.size(); ++i) {
+        if (rec[i].number <= rec[i - 1].number) bad.fetch_add(1);
+      }
+      for (const auto& r : rec) {
+        if (r.call != "all_reduce(count=2, dtype=f32, op=sum)" && r.call != "send(count=1, dtype=i32, dest=0, tag=1)" &&
+            r.call != "recv(count=1, dtype=i32, src=0, tag=1)" && r.call != "sync()") {
+          bad.fetch_add(1);
+        }
+      }
+    }
+  });
+  std::atomic<std::size_t> failed{0};
+  std::thread p2p([&] {
+    for (int i = 0; i < 2000; ++i) {
+      int a = i, b = 0;
+      if (!comms[0].send(std::span<const int>(&a, 1), 0, 1)) failed.fetch_add(1);
+      if (!comms[0].recv(std::span<int>(&b, 1), 0, 1)) failed.fetch_add(1);
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    std::array<float, 2> v{1, 2};
+    REQUIRE(comms[0].all_reduce(std::span<float>(v), polycoll::sum));
+  }
+  p2p.join();
+  REQUIRE(comms[0].sync());
+  done = true;
+  reader.join();
+  CHECK(failed.load() == 0);
+  CHECK(bad.load() == 0);
+  CHECK(snapshots.load() > 0);
+  const auto rec = comms[0].flight_record();
+  REQUIRE(rec.size() == 8);
+  CHECK(rec.back().number == 6001);  // 2000 all_reduce + 2000 send + 2000 recv + sync
+  CHECK(rec.back().call == "sync()");
+}
+
 TEST_CASE("drop contract: destroying a rank with an unmatched recv returns within drop_timeout and logs",
           "[threads][drop]") {
   Options o;

@@ -3,8 +3,10 @@
 //   typed   Communicator<NoOp>, typed API: comm.all_reduce(std::span<float>, polycoll::sum)
 //   seed    Communicator<NoOp>, seed surface: comm.all_reduce(u64, count, DType, ReduceOp)
 //   any     AnyCommunicator holding a NoOp, the same seed call (+ one indirect call)
-// Target (issue 6): any - seed <= 3 ns per call. scripts/bench_report prints the
-// differences; docs/benchmarks.md has the figures.
+//   unrecorded  typed, on a NoOp without the flight recorder (flight_record_size 0)
+// Targets: any - seed <= 3 ns per call; typed - unrecorded (the recorder's
+// cost) <= 2 ns. scripts/bench_report prints the differences;
+// docs/benchmarks.md has the figures.
 //
 // Fairness: in every variant the communicator is reached through a pointer the
 // optimiser cannot see through, and the pointer, count, dtype, op and root pass
@@ -59,9 +61,11 @@ C* opaque(C& c) {
   return p;
 }
 
-template <Op O>
+template <Op O, std::size_t Recorded = 64>
 void typed(benchmark::State& state) {
-  polycoll::NoOp comm;
+  polycoll::Options options;
+  options.flight_record_size = Recorded;
+  polycoll::NoOp comm(options);
   polycoll::NoOp* c = opaque(comm);
   Args x;
   for (auto _ : state) {
@@ -116,6 +120,7 @@ void any(benchmark::State& state) {
 BENCHMARK(typed<Op::all_reduce>)->Name("typed_all_reduce");
 BENCHMARK(seed<Op::all_reduce>)->Name("seed_all_reduce");
 BENCHMARK(any<Op::all_reduce>)->Name("any_all_reduce");
+BENCHMARK(typed<Op::all_reduce, 0>)->Name("unrecorded_all_reduce");
 BENCHMARK(typed<Op::broadcast>)->Name("typed_broadcast");
 BENCHMARK(seed<Op::broadcast>)->Name("seed_broadcast");
 BENCHMARK(any<Op::broadcast>)->Name("any_broadcast");

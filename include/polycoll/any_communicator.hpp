@@ -12,6 +12,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <polycoll/communicator.hpp>
 #include <polycoll/group.hpp>
@@ -65,6 +66,7 @@ struct AnyVTable {
   Status (*all_reduce_value)(void*, std::uint64_t, DType, ReduceOp) = nullptr;
   OnError (*on_error)(const void*) noexcept = nullptr;
   void (*abort_ranks)(const void*, const Error&) noexcept = nullptr;
+  std::vector<CallRecord> (*flight_record)(const void*) = nullptr;
 };
 }  // namespace detail
 
@@ -126,6 +128,11 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   [[nodiscard]] std::size_t rank() const noexcept { return object_ ? vtable_->rank(object_) : 0; }
   /// The held backend's name ("noop", "threads", "mpi", "nccl").
   [[nodiscard]] std::string_view backend_name() const noexcept { return vtable_->name; }
+  /// The held backend's flight record (see Communicator::flight_record);
+  /// empty when moved-from. The calls are recorded once, by the held backend.
+  [[nodiscard]] std::vector<CallRecord> flight_record() const {
+    return object_ ? vtable_->flight_record(object_) : std::vector<CallRecord>{};
+  }
 
   /// See Communicator::all_reduce.
   [[nodiscard]] Status all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op) {
@@ -426,6 +433,7 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
         // Options::on_error of the held backend governs the typed surface's checks too.
         [](const void* p) noexcept { return front<B>(p).on_error_setting(); },
         [](const void* p, const Error& e) noexcept { front<B>(p).abort_ranks(e); },
+        [](const void* p) { return static_cast<const B*>(p)->flight_record(); },
     };
   }
 

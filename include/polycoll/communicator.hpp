@@ -27,6 +27,7 @@
 #include <polycoll/detail/on_error.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/error.hpp>
+#include <polycoll/flight_record.hpp>
 #include <polycoll/group.hpp>
 #include <polycoll/reduce_op.hpp>
 #include <polycoll/stream_sync.hpp>
@@ -57,7 +58,23 @@ struct Options {
   /// POLYCOLL_REPRODUCIBLE=1. Set it alike on every rank. Costs and the
   /// backends' paths: docs/reliability.md ("Reproducible reductions").
   bool reproducible = false;
+  /// How many of its last calls a communicator keeps in its flight record
+  /// (comm.flight_record(); written to the log sink when a call times out or
+  /// on_error aborts); 0 keeps none. See docs/reliability.md ("Flight recorder").
+  std::size_t flight_record_size = 64;
 };
+
+namespace detail {
+/// The options a factory's communicator keeps: `options` with the
+/// environment's switches applied (POLYCOLL_ON_ERROR=abort,
+/// POLYCOLL_REPRODUCIBLE=1; each switches on, never off). Every factory of
+/// every backend passes its options through here, once.
+inline Options with_environment(Options options) noexcept {
+  options.on_error = on_error_from(options.on_error);
+  options.reproducible = options.reproducible || reproducible_from_environment();
+  return options;
+}
+}  // namespace detail
 
 class AnyCommunicator;
 
@@ -331,15 +348,30 @@ class Communicator {
   [[nodiscard]] Group<Communicator> group() { return Group<Communicator>(*this); }
 
   /// Completes all pending work: outputs are valid and inputs reusable.
-  [[nodiscard]] Status sync() { return returning(self().sync_impl()); }
+  [[nodiscard]] Status sync() {
+    return recorded(detail::CallDesc::plain(detail::Call::sync), [&] { return self().sync_impl(); });
+  }
 
   /// Waits for every rank (implies sync()).
-  [[nodiscard]] Status barrier() { return returning(self().barrier_impl()); }
+  [[nodiscard]] Status barrier() {
+    return recorded(detail::CallDesc::plain(detail::Call::barrier), [&] { return self().barrier_impl(); });
+  }
 
   /// Collective: ranks with equal `color` form a communicator ordered by
   /// (key, old rank); `no_color` gives std::nullopt to the caller.
   [[nodiscard]] Result<std::optional<Backend>> split(std::uint32_t color, std::uint32_t key) {
-    return returning(self().split_impl(color, key));
+    return recorded(detail::CallDesc::plain(detail::Call::split), [&] { return self().split_impl(color, key); });
+  }
+
+  /// This communicator's last calls (at most Options::flight_record_size),
+  /// oldest first: every call that reached the backend except probe and the
+  /// group calls. Empty for a backend without a recorder and a moved-from
+  /// communicator. Safe to call from any thread, also while calls run.
+  [[nodiscard]] std::vector<CallRecord> flight_record() const {
+    if constexpr (has_recorder()) {
+      if (const detail::FlightRecorder* fr = self().flight_recorder_impl()) return fr->records();
+    }
+    return {};
   }
 
   /// The stream operations, or nullptr for a backend without streams.
@@ -894,7 +926,57 @@ class Communicator {
   void on_failure(const Error& e) const noexcept {
     if (on_error_setting() == OnError::abort) [[unlikely]] {
       detail::print_fatal(e.message);
+      log_flight_records(e);
       abort_ranks(e);
+    }
+  }
+
+  // ------------------------------------------------------------ the flight recorder
+  // A backend with a recorder provides `detail::FlightRecorder*
+  // flight_recorder_impl() const noexcept` (nullptr: none, or moved-from),
+  // and optionally `std::vector<detail::RankRecorder>
+  // reachable_recorders_impl() const`, the rings of every rank it can read
+  // (Threads: the whole world); without it a log block holds this rank's.
+  // A function, not a constant: the base is instantiated while Backend is
+  // still incomplete, its member function bodies only once it is complete.
+  static constexpr bool has_recorder() noexcept {
+    return requires(const Backend& b) {
+      { b.flight_recorder_impl() } -> std::same_as<detail::FlightRecorder*>;
+    };
+  }
+
+  // Records `c` around `f()`, the call into the backend, whose result then
+  // takes returning(). A timeout writes the rings to the log sink (an abort
+  // does in on_failure).
+  template <class F>
+  auto recorded(const detail::CallDesc& c, F&& f) -> decltype(f()) {
+    if constexpr (has_recorder()) {
+      if (detail::FlightRecorder* fr = self().flight_recorder_impl(); fr != nullptr) [[likely]] {
+        const std::uint64_t k = fr->begin(c);
+        auto r = f();
+        fr->end(k, r ? nullptr : &r.error());
+        if (!r && r.error().code == Errc::timeout && on_error_setting() != OnError::abort) [[unlikely]] {
+          log_flight_records(r.error());
+        }
+        return returning(std::move(r));
+      }
+    }
+    return returning(f());
+  }
+
+  [[gnu::cold]] void log_flight_records(const Error& cause) const noexcept {
+    if constexpr (has_recorder()) {
+      try {
+        std::vector<detail::RankRecorder> rings;
+        if constexpr (requires(const Backend& b) { b.reachable_recorders_impl(); }) {
+          rings = self().reachable_recorders_impl();
+        } else if (const detail::FlightRecorder* fr = self().flight_recorder_impl()) {
+          rings.push_back({rank(), fr});
+        }
+        if (!rings.empty()) detail::log_flight_records(cause.message, rings, world_size(), name_of_backend());
+      } catch (...) {
+        // Out of memory while reporting: the Error itself still says what happened.
+      }
     }
   }
 
@@ -1257,7 +1339,8 @@ class Communicator {
   template <DType D, ReduceOp Op>
   Status all_reduce_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t ptr, std::size_t count) {
     using T = typename dtype_tag<D>::type;
-    return returning(self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count));
+    return recorded(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op),
+                    [&] { return self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count); });
   }
 
   // Out of place: a backend with its own out-of-place all_reduce_impl (Mpi,
@@ -1273,7 +1356,8 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_reduce_impl(d, o, s, r, count); }) {
-      return returning(self().all_reduce_impl(d, o, s, r, count));
+      return recorded(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op),
+                      [&] { return self().all_reduce_impl(d, o, s, r, count); });
     } else {
       // memmove: the front end allows no partial overlap, but the compiler
       // cannot know that (-Wrestrict on a constant bad call).
@@ -1294,7 +1378,8 @@ class Communicator {
   Status all_reduce_value_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t value) {
     using T = typename dtype_tag<D>::type;
     if constexpr (requires { self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)); }) {
-      return returning(self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)));
+      return recorded(detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, Op),
+                      [&] { return self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)); });
     } else if constexpr (requires { requires Backend::collectives_complete_on_return; }) {
       return all_reduce_tagged(d, o, value, 1);
     } else {
@@ -1306,32 +1391,39 @@ class Communicator {
   template <DType D>
   Status broadcast_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t root) {
     using T = typename dtype_tag<D>::type;
-    return returning(self().broadcast_impl(d, detail::to_ptr<T>(ptr), count, root));
+    return recorded(detail::CallDesc::rooted(detail::Call::broadcast, count, D, root),
+                    [&] { return self().broadcast_impl(d, detail::to_ptr<T>(ptr), count, root); });
   }
 
   template <DType D>
   Status all_gather_tagged(dtype_tag<D> d, std::uint64_t send, std::uint64_t recv, std::size_t count) {
     using T = typename dtype_tag<D>::type;
-    return returning(self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count));
+    return recorded(detail::CallDesc::movement(detail::Call::all_gather, count, D), [&] {
+      return self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
+    });
   }
 
   template <DType D, ReduceOp Op>
   Status reduce_scatter_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t send, std::uint64_t recv,
                                std::size_t count) {
     using T = typename dtype_tag<D>::type;
-    return returning(self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count));
+    return recorded(detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op), [&] {
+      return self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
+    });
   }
 
   template <DType D>
   Status send_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
     using T = typename dtype_tag<D>::type;
-    return returning(self().send_impl(d, detail::to_ptr<const T>(ptr), count, dest, tag));
+    return recorded(detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag),
+                    [&] { return self().send_impl(d, detail::to_ptr<const T>(ptr), count, dest, tag); });
   }
 
   template <DType D>
   Status recv_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
     using T = typename dtype_tag<D>::type;
-    return returning(self().recv_impl(d, detail::to_ptr<T>(ptr), count, src, tag));
+    return recorded(detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag),
+                    [&] { return self().recv_impl(d, detail::to_ptr<T>(ptr), count, src, tag); });
   }
 
   template <DType D, ReduceOp Op>
@@ -1341,7 +1433,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
     if constexpr (requires { self().reduce_impl(d, o, s, r, count, root); }) {
-      return returning(self().reduce_impl(d, o, s, r, count, root));
+      return recorded(c, [&] { return self().reduce_impl(d, o, s, r, count, root); });
     } else {
       return not_implemented(c);
     }
@@ -1354,7 +1446,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
     if constexpr (requires { self().gather_impl(d, s, r, count, root); }) {
-      return returning(self().gather_impl(d, s, r, count, root));
+      return recorded(c, [&] { return self().gather_impl(d, s, r, count, root); });
     } else {
       return not_implemented(c);
     }
@@ -1367,7 +1459,7 @@ class Communicator {
     const T* s = rank() == root ? detail::to_ptr<const T>(send) : nullptr;
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().scatter_impl(d, s, r, count, root); }) {
-      return returning(self().scatter_impl(d, s, r, count, root));
+      return recorded(c, [&] { return self().scatter_impl(d, s, r, count, root); });
     } else {
       return not_implemented(c);
     }
@@ -1380,7 +1472,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_to_all_impl(d, s, r, count); }) {
-      return returning(self().all_to_all_impl(d, s, r, count));
+      return recorded(c, [&] { return self().all_to_all_impl(d, s, r, count); });
     } else {
       return not_implemented(c);
     }
@@ -1393,7 +1485,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_gather_v_impl(d, s, send_count, r, layout); }) {
-      return returning(self().all_gather_v_impl(d, s, send_count, r, layout));
+      return recorded(c, [&] { return self().all_gather_v_impl(d, s, send_count, r, layout); });
     } else {
       return not_implemented(c);
     }
@@ -1406,7 +1498,7 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_to_all_v_impl(d, s, sl, r, rl); }) {
-      return returning(self().all_to_all_v_impl(d, s, sl, r, rl));
+      return recorded(c, [&] { return self().all_to_all_v_impl(d, s, sl, r, rl); });
     } else {
       return not_implemented(c);
     }

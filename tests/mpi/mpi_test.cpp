@@ -371,6 +371,54 @@ TEST_CASE("op_timeout: sync and barrier return Errc::timeout listing pending ope
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST_CASE("flight record: collective numbers agree across ranks; a timeout logs this rank's ring",
+          "[mpi][timeout][flight]") {
+  Options o;
+  o.op_timeout = 100ms;
+  Mpi comm = world(o);
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  const std::size_t next = (r + 1) % w, prev = (r + w - 1) % w;
+  std::array<float, 2> v{1, 2};
+  REQUIRE(comm.all_reduce(std::span<float>(v), polycoll::sum));
+  REQUIRE(comm.broadcast(std::span<float>(v), w - 1));
+  std::array<std::int32_t, 3> in{}, out{7, 8, 9};
+  {
+    std::lock_guard lock(g_log_mutex);
+    g_log.clear();
+  }
+  const LogSink previous = set_log_sink(&capture);
+  REQUIRE(comm.recv(in, prev, 98));
+  const Status s = comm.sync();
+  set_log_sink(previous);
+  REQUIRE_FALSE(s);
+  CHECK(s.error().code == Errc::timeout);
+  std::vector<std::string> blocks;
+  for (const auto& m : g_log) {
+    if (m.rfind("flight record (", 0) == 0) blocks.push_back(m);
+  }
+  REQUIRE(blocks.size() == 1);
+  INFO(blocks[0]);
+  const std::string me = "rank " + std::to_string(r) + " of " + std::to_string(w) + " [mpi]: last 4 call(s)";
+  CHECK(contains(blocks[0], me));
+  CHECK(contains(blocks[0], "#1 (collective 1) all_reduce(count=2, dtype=f32, op=sum)"));
+  CHECK(contains(blocks[0], "#2 (collective 2) broadcast(count=2, dtype=f32, root=" + std::to_string(w - 1) + ")"));
+  CHECK(contains(blocks[0], "#3 recv(count=3, dtype=i32, src=" + std::to_string(prev) + ", tag=98)"));
+  CHECK(contains(blocks[0], "#4 sync()  started "));
+  CHECK(contains(blocks[0], "failed (timeout)"));
+  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE(comm.send(out, next, 98));
+  CHECK(sync_until_done(comm));
+  REQUIRE(comm.barrier());
+  // Every rank numbers the barrier alike: collective 3.
+  const auto rec = comm.flight_record();
+  REQUIRE_FALSE(rec.empty());
+  CHECK(rec.back().call == "barrier()");
+  unsigned long long mine = rec.back().collective;
+  std::vector<unsigned long long> all(w);
+  MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
+  for (auto c : all) CHECK(c == 3);
+}
+
 TEST_CASE("drop contract: a destructor with pending work waits at most drop_timeout, logs, releases",
           "[mpi][drop]") {
   Options o;

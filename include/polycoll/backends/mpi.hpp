@@ -202,6 +202,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // The front end's errors on a moved-from communicator name that state
   // instead of checks against the placeholder world of 1.
   bool moved_from_impl() const noexcept { return !state_; }
+  // The front end records every call here (detail::FlightRecorder).
+  detail::FlightRecorder* flight_recorder_impl() const noexcept { return state_ ? state_->flight.get() : nullptr; }
 
   using Guard = std::unique_lock<detail::mpi::SubmitLock>;
   Guard lock() const noexcept {
@@ -1036,9 +1038,14 @@ Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm c
   } catch (const std::bad_alloc&) {
     return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
   }
-  s->options = options;
-  s->options.on_error = detail::on_error_from(options.on_error);
-  s->options.reproducible = options.reproducible || detail::reproducible_from_environment();
+  s->options = detail::with_environment(options);
+  if (s->options.flight_record_size != 0) {
+    try {
+      s->flight = std::make_unique<detail::FlightRecorder>(s->options.flight_record_size);
+    } catch (const std::bad_alloc&) {
+      return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory for the flight record"));
+    }
+  }
   int rc = MPI_SUCCESS;
   if (mode == Mode::borrow) {
     // Errors on the caller's comm must come back to us, not abort.

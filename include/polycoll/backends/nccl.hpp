@@ -89,8 +89,7 @@ class Nccl : public Communicator<Nccl> {
   /// until op_timeout when set.
   [[nodiscard]] static Result<Nccl> from_unique_id(const ncclUniqueId& id, std::size_t world, std::size_t rank,
                                                    int device, Options options = {}) {
-    options.on_error = detail::on_error_from(options.on_error);
-    options.reproducible = options.reproducible || detail::reproducible_from_environment();
+    options = detail::with_environment(options);
     return detail::factory_result(options.on_error, make_from_unique_id(id, world, rank, device, options));
   }
 
@@ -98,8 +97,7 @@ class Nccl : public Communicator<Nccl> {
   /// process. Drive each from its own host thread: NCCL collectives of one
   /// communicator block until every rank has launched theirs.
   [[nodiscard]] static Result<std::vector<Nccl>> init_all(std::span<const int> devices, Options options = {}) {
-    options.on_error = detail::on_error_from(options.on_error);
-    options.reproducible = options.reproducible || detail::reproducible_from_environment();
+    options = detail::with_environment(options);
     return detail::factory_result(options.on_error, make_init_all(devices, options));
   }
 
@@ -108,8 +106,7 @@ class Nccl : public Communicator<Nccl> {
   /// it, every MPI rank becomes the same NCCL rank on `device`. MPI must be
   /// initialised (polycoll::mpi::Environment or MPI_Init_thread).
   [[nodiscard]] static Result<Nccl> from_mpi(MPI_Comm comm, int device, Options options = {}) {
-    options.on_error = detail::on_error_from(options.on_error);
-    options.reproducible = options.reproducible || detail::reproducible_from_environment();
+    options = detail::with_environment(options);
     return detail::factory_result(options.on_error, make_from_mpi(comm, device, options));
   }
 #endif
@@ -146,6 +143,9 @@ class Nccl : public Communicator<Nccl> {
   using map = detail::nccl::type_map<D>;
 
   explicit Nccl(std::unique_ptr<Engine> e) noexcept : e_(std::move(e)) {}
+
+  // The front end records every call here.
+  detail::FlightRecorder* flight_recorder_impl() const noexcept { return e_ ? e_->flight() : nullptr; }
 
   // from_unique_id() before Options::on_error has its say (from_mpi's too).
   static Result<Nccl> make_from_unique_id(const ncclUniqueId& id, std::size_t world, std::size_t rank, int device,

@@ -48,9 +48,16 @@ class NoOp : public Communicator<NoOp> {
   /// A communicator of one rank with `options` (drop_timeout is moot: nothing
   /// waits). POLYCOLL_ON_ERROR=abort sets on_error; a constructor cannot fail,
   /// so an unrecognised value is logged (once per process) and ignored.
-  explicit NoOp(Options options) : options_(with_environment(options)) {}
+  explicit NoOp(Options options) : options_(with_environment(options)) {
+    if (options_.flight_record_size != 0) flight_ = std::make_unique<detail::FlightRecorder>(options_.flight_record_size);
+  }
   /// Takes over `other`'s pending send/recv (`other` stays a usable world of one).
-  NoOp(NoOp&& other) noexcept : Communicator<NoOp>(std::move(other)), options_(other.options_), check_(other.check_) {
+  /// Its flight record moves too: `other` records nothing more.
+  NoOp(NoOp&& other) noexcept
+      : Communicator<NoOp>(std::move(other)),
+        options_(other.options_),
+        check_(other.check_),
+        flight_(std::move(other.flight_)) {
     std::lock_guard lock(other.p2p_->mutex);
     p2p_->sends = std::move(other.p2p_->sends);
     p2p_->recvs = std::move(other.p2p_->recvs);
@@ -63,6 +70,7 @@ class NoOp : public Communicator<NoOp> {
       std::scoped_lock lock(p2p_->mutex, other.p2p_->mutex);
       options_ = other.options_;
       check_ = other.check_;
+      flight_.swap(other.flight_);
       p2p_->sends = std::move(other.p2p_->sends);
       p2p_->recvs = std::move(other.p2p_->recvs);
       p2p_->ledger.take(other.p2p_->ledger);
@@ -99,8 +107,7 @@ class NoOp : public Communicator<NoOp> {
   };
 
   static Options with_environment(Options options) noexcept {
-    options.on_error = detail::on_error_from(options.on_error);
-    options.reproducible = options.reproducible || detail::reproducible_from_environment();
+    options = detail::with_environment(options);
     if (detail::unrecognised_on_error() != nullptr) [[unlikely]] {
       static std::atomic<bool> logged{false};
       if (!logged.exchange(true)) {
@@ -112,6 +119,9 @@ class NoOp : public Communicator<NoOp> {
     }
     return options;
   }
+
+  // The front end records every call here.
+  detail::FlightRecorder* flight_recorder_impl() const noexcept { return flight_.get(); }
 
   std::size_t world_size_impl() const noexcept { return 1; }
   std::size_t rank_impl() const noexcept { return 0; }
@@ -322,6 +332,7 @@ class NoOp : public Communicator<NoOp> {
   Options options_{};
   bool check_ = options_.check_consistency || detail::check_from_environment();
   std::unique_ptr<P2p> p2p_ = std::make_unique<P2p>();
+  std::unique_ptr<detail::FlightRecorder> flight_;  // null: Options::flight_record_size 0, or moved from
 };
 
 // libpolycoll holds the seed surface of NoOp (and so AnyCommunicator's table

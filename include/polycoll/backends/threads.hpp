@@ -71,7 +71,7 @@ class Threads : public Communicator<Threads> {
   /// With Options::on_error abort (or POLYCOLL_ON_ERROR=abort) a failure
   /// here ends the process too.
   [[nodiscard]] static Result<std::vector<Threads>> create(std::size_t n, Options options = {}) {
-    options.on_error = detail::on_error_from(options.on_error);
+    options = detail::with_environment(options);
     return detail::factory_result(options.on_error, make(n, options));
   }
 
@@ -96,7 +96,7 @@ class Threads : public Communicator<Threads> {
     using R = std::invoke_result_t<F&, Threads&>;
     static_assert(std::is_void_v<R> || std::is_same_v<std::remove_cvref_t<R>, Status>,
                   "polycoll::Threads::run: the rank function must return void or polycoll::Status");
-    options.on_error = detail::on_error_from(options.on_error);
+    options = detail::with_environment(options);
     return detail::factory_result(options.on_error, run_world(n, f, options));
   }
 
@@ -201,6 +201,12 @@ class Threads : public Communicator<Threads> {
 
   RankState& me() const noexcept { return world_->ranks[rank_]; }
   RankState& peer(std::size_t r) const noexcept { return world_->ranks[r]; }
+
+  // The flight recorder (the front end records every call): this rank's ring,
+  // and for a log block every rank's, since the world's memory is shared.
+  // In libpolycoll, as every non-template member: a user TU compiles no Threads code.
+  detail::FlightRecorder* flight_recorder_impl() const noexcept;
+  std::vector<detail::RankRecorder> reachable_recorders_impl() const;
 
   // ------------------------------------------------------------ phases
 
@@ -393,6 +399,19 @@ POLYCOLL_DETAIL_LIB_INLINE Result<std::vector<Threads>> Threads::make(std::size_
   }
 }
 
+POLYCOLL_DETAIL_LIB_INLINE detail::FlightRecorder* Threads::flight_recorder_impl() const noexcept {
+  return world_ ? me().flight.get() : nullptr;
+}
+
+POLYCOLL_DETAIL_LIB_INLINE std::vector<detail::RankRecorder> Threads::reachable_recorders_impl() const {
+  std::vector<detail::RankRecorder> rings;
+  if (!world_) return rings;
+  for (std::size_t q = 0; q < world_->n; ++q) {
+    if (peer(q).flight) rings.push_back({q, peer(q).flight.get()});
+  }
+  return rings;
+}
+
 POLYCOLL_DETAIL_LIB_INLINE Result<Threads::Collective> Threads::begin(detail::CallDesc call) {
   if (!world_) return tl::unexpected(moved_from(call));
   RankState& m = me();
@@ -417,17 +436,20 @@ POLYCOLL_DETAIL_LIB_INLINE Status Threads::phase(const detail::CallDesc& call, s
         deadline, w.spin);
     if (r == detail::WaitResult::ready) continue;
     if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
-    std::string missing;
+    // Who is missing, and what each of them is doing (its flight record's newest call).
+    std::string missing, doing;
     for (std::size_t k = 0; k < w.n; ++k) {
       if (!detail::threads::reached(peer(k).line[p & 1].phase.load(std::memory_order_acquire), p)) {
         missing += detail::cat(missing.empty() ? "" : ", ", k);
+        doing += detail::cat("; rank ", k, "'s last call: ",
+                             peer(k).flight ? peer(k).flight->last_text() : std::string("unknown (no flight record)"));
       }
     }
     const std::string waited =
         detail::cat("timed out after ", w.options.op_timeout->count(), " ms waiting for rank(s) ", missing,
                     " to arrive");
     const std::string what =
-        detail::cat(waited, "; pending: ", pending_text(&call), "; the communicator is aborted");
+        detail::cat(waited, doing, "; pending: ", pending_text(&call), "; the communicator is aborted");
     w.abort(detail::cat("rank ", rank_, " ", waited, " in ", detail::describe(call)));
     return tl::unexpected(error(Errc::timeout, call, what));
   }

@@ -10,6 +10,7 @@
 #include <polycoll/communicator.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/error.hpp>
+#include <polycoll/flight_record.hpp>
 #include <polycoll/kernels/reduce.hpp>
 #include <polycoll/log.hpp>
 #include <polycoll/numeric.hpp>

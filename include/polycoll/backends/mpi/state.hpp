@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -63,6 +64,8 @@ struct CommState {
   std::vector<std::byte> ordered_scratch;
   // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
   PairShm shm;
+  // This communicator's last calls (Options::flight_record_size; null when 0).
+  std::unique_ptr<FlightRecorder> flight;
 };
 
 }  // namespace detail::mpi

@@ -443,6 +443,7 @@ class Engine final : public StreamSyncOps {
       : device_(device), options_(options), check_(options.check_consistency || check_from_environment()) {
     pending_.reserve(max_named);
     p2p_.reserve(16);
+    if (options.flight_record_size != 0) flight_ = std::make_unique<FlightRecorder>(options.flight_record_size);
   }
 
   static cudaEvent_t as_event(std::uint64_t h) noexcept {
@@ -792,6 +793,11 @@ class Engine final : public StreamSyncOps {
   std::uint64_t coll_seq_ = 0;     // collectives checked so far (the fingerprints' numbers)
   static constexpr std::size_t words = std::tuple_size_v<Fingerprint>;
   std::uint64_t* check_pinned_ = nullptr;  // pinned: every rank's fingerprint, then this rank's
+  std::unique_ptr<FlightRecorder> flight_;  // this communicator's last calls (null: flight_record_size 0)
+
+ public:
+  /// The ring the front end records every call in.
+  FlightRecorder* flight() const noexcept { return flight_.get(); }
 };
 
 }  // namespace polycoll::detail::nccl

@@ -188,6 +188,9 @@ struct alignas(64) RankState {
   std::mutex error_mutex;
   std::optional<Error> p2p_error;
   std::atomic<std::size_t> groups{0};  // open groups (p2p is posted as submitted: nothing to batch)
+  // This rank's last calls (Options::flight_record_size; null when 0). Peers
+  // read it to say what a rank they wait for is doing.
+  std::unique_ptr<FlightRecorder> flight;
 };
 
 struct World {
@@ -221,15 +224,13 @@ struct World {
         spin(size <= std::max(1u, std::thread::hardware_concurrency()) ? 20000u : 200u),
         ranks(new RankState[size]),
         scratch(new std::byte[size * 2 * small_bytes]) {
-    // Threads always folds in rank order; the flag is kept so that options()
-    // reports what the communicator guarantees.
-    options.reproducible = opt.reproducible || detail::reproducible_from_environment();
     // Touch the scratch once now, so that a collective never pays for a page's
     // first touch (docs/backends.md, "Memory").
     std::memset(scratch.get(), 0, size * 2 * small_bytes);
     for (std::size_t r = 0; r < size; ++r) {
       ranks[r].sends.reserve(16);
       ranks[r].recvs.reserve(16);
+      if (opt.flight_record_size != 0) ranks[r].flight = std::make_unique<FlightRecorder>(opt.flight_record_size);
     }
   }
 
