@@ -386,6 +386,34 @@ TEST_CASE("consistency check: POLYCOLL_CHECK=1 switches it on", "[mpi][check]") 
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST_CASE("consistency check: ranks that disagree about Options::reproducible are Errc::mismatch on every rank",
+          "[mpi][check][reproducible]") {
+  Mpi probe = world();
+  const std::size_t w = probe.world_size(), r = probe.rank();
+  Options o;
+  o.check_consistency = true;
+  o.reproducible = r == 0;  // rank 0 alone folds in rank order
+  Mpi comm = world(o);
+  std::array<float, 4> v{1, 2, 3, 4};
+  const Status s = comm.all_reduce(std::span<float>(v), polycoll::sum);
+  if (w > 1) {
+    REQUIRE_FALSE(s);
+    INFO(s.error().message);
+    CHECK(s.error().code == Errc::mismatch);
+    if (r == 0) {
+      CHECK(contains(s.error().message, "#1 all_reduce(count=4, dtype=f32, op=sum, reproducible=true) on rank 0"));
+      CHECK(contains(s.error().message, "rank 1 called #1 all_reduce(count=4, dtype=f32, op=sum)"));
+    } else {
+      CHECK(contains(s.error().message, "rank 0 called #1 all_reduce(count=4, dtype=f32, op=sum, reproducible=true)"));
+    }
+  } else {
+    CHECK(s);
+  }
+  // Movement calls carry no flag: they match.
+  REQUIRE(comm.broadcast(std::span<float>(v), 0));
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // g++ says __SANITIZE_ADDRESS__/__SANITIZE_THREAD__, clang 14 only __has_feature.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define POLYCOLL_TEST_SANITIZED 1

@@ -369,6 +369,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                                               const std::optional<detail::Clock::time_point>& deadline) {
     detail::CallDesc c = call;
     c.seq = ++state_->coll_seq;
+    // Ranks that disagree about Options::reproducible would run different
+    // algorithms (backends/mpi/ordered.hpp) into a hang or wrong bits.
+    c.reproducible = c.has_op && state_->options.reproducible;
     const std::size_t w = state_->size;
     auto& x = state_->xbuf;
     const detail::Fingerprint mine = detail::fingerprint(c);

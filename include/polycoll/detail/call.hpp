@@ -50,6 +50,10 @@ struct CallDesc {
   std::uint32_t tag = 0;
   bool has_tag = false;
   std::uint64_t seq = 0;  // 0: not numbered
+  // A reduction under Options::reproducible; set by the backends whose ranks
+  // could disagree about it (Mpi) in the consistency check's fingerprint,
+  // where ranks that fold differently are a mismatch.
+  bool reproducible = false;
 
   static constexpr CallDesc reduction(Call c, std::size_t count, DType d, ReduceOp op) noexcept {
     CallDesc r{};
@@ -79,10 +83,12 @@ struct CallDesc {
 };
 
 /// True when two ranks' descriptions name the same collective call (the
-/// consistency-check fingerprint: call, count, dtype, op, root, sequence number).
+/// consistency-check fingerprint: call, count, dtype, op and reproducible,
+/// root, sequence number).
 constexpr bool same_collective(const CallDesc& a, const CallDesc& b) noexcept {
   return a.call == b.call && a.count == b.count && a.has_dtype == b.has_dtype && (!a.has_dtype || a.dtype == b.dtype) &&
-         a.has_op == b.has_op && (!a.has_op || a.op == b.op) && a.root == b.root && a.seq == b.seq;
+         a.has_op == b.has_op && (!a.has_op || a.op == b.op) && a.reproducible == b.reproducible &&
+         a.root == b.root && a.seq == b.seq;
 }
 
 /// POLYCOLL_CHECK=1 in the environment switches the consistency check on
@@ -100,13 +106,15 @@ inline bool reproducible_from_environment() noexcept {
 }
 
 /// A collective's fingerprint as fixed-width words, for backends that compare
-/// fingerprints by exchanging them (Mpi, Nccl): call, count, dtype, op, root, seq.
+/// fingerprints by exchanging them (Mpi, Nccl): call, count, dtype, op (and
+/// reproducible, bit 0x200 of its word), root, seq.
 using Fingerprint = std::array<std::uint64_t, 6>;
 
 constexpr Fingerprint fingerprint(const CallDesc& c) noexcept {
   return {static_cast<std::uint64_t>(c.call), static_cast<std::uint64_t>(c.count),
           c.has_dtype ? 0x100u | static_cast<std::uint64_t>(static_cast<std::uint8_t>(c.dtype)) : 0u,
-          c.has_op ? 0x100u | static_cast<std::uint64_t>(static_cast<std::uint8_t>(c.op)) : 0u,
+          (c.has_op ? 0x100u | static_cast<std::uint64_t>(static_cast<std::uint8_t>(c.op)) : 0u) |
+              (c.reproducible ? 0x200u : 0u),
           static_cast<std::uint64_t>(c.root), c.seq};
 }
 
@@ -121,6 +129,7 @@ constexpr CallDesc from_fingerprint(const std::uint64_t* w) noexcept {
   c.dtype = static_cast<DType>(w[2] & 0xffu);
   c.has_op = (w[3] & 0x100u) != 0;
   c.op = static_cast<ReduceOp>(w[3] & 0xffu);
+  c.reproducible = (w[3] & 0x200u) != 0;
   c.root = static_cast<std::size_t>(w[4]);
   c.seq = w[5];
   return c;
@@ -178,6 +187,7 @@ POLYCOLL_DETAIL_LIB_INLINE std::string describe(const CallDesc& c) {
   if (c.count != npos) add("count", std::to_string(c.count));
   if (c.has_dtype) add("dtype", dtype_text(c.dtype));
   if (c.has_op) add("op", op_text(c.op));
+  if (c.reproducible) add("reproducible", "true");
   if (c.root != npos) add("root", std::to_string(c.root));
   // A p2p call (it has a tag) whose peer is npos received from any_source;
   // a recv or probe with tag 0xFFFFFFFF matches any_tag (polycoll's wildcards).
