@@ -553,6 +553,40 @@ TEST_CASE("no allocation per call on the hot path", "[mpi][alloc]") {
 // differ in length. A receive with tag 0 posted before and matched after
 // shows that the collective's traffic never meets the user's (the halving
 // runs on its own communicator).
+TEST_CASE("out of memory for the pending operations: the call fails before it posts, no request is lost",
+          "[mpi][alloc]") {
+  Mpi comm = world();
+  const std::size_t r = comm.rank();
+  // Receives from self until the pending operations must grow, with that
+  // growth failing: the receive that needs it returns an Error and posts
+  // nothing (before, its request was posted and then lost to std::bad_alloc).
+  std::vector<std::int32_t> in(1000, -1);
+  std::size_t posted = 0;
+  Status failed;
+  polycoll::test::g_fail_next_allocation = true;
+  for (; posted < in.size(); ++posted) {
+    failed = comm.recv(std::span<std::int32_t>(&in[posted], 1), r, 77);
+    if (!failed) break;
+  }
+  polycoll::test::g_fail_next_allocation = false;
+  REQUIRE_FALSE(failed);
+  INFO(failed.error().message);
+  CHECK(failed.error().code == Errc::backend_failure);
+  CHECK(contains(failed.error().message, "recv(count=1, dtype=i32, src=" + std::to_string(r) + ", tag=77)"));
+  CHECK(contains(failed.error().message, "out of memory for the pending operations"));
+  CHECK(comm.pending() == posted);
+  // Every receive that was posted still completes.
+  std::vector<std::int32_t> out(posted);
+  for (std::size_t i = 0; i < posted; ++i) {
+    out[i] = static_cast<std::int32_t>(i);
+    REQUIRE(comm.send(std::span<const std::int32_t>(&out[i], 1), r, 77));
+  }
+  REQUIRE(comm.sync());
+  for (std::size_t i = 0; i < posted; ++i) CHECK(in[i] == static_cast<std::int32_t>(i));
+  CHECK(in[posted] == -1);
+  CHECK(comm.pending() == 0);
+}
+
 TEST_CASE("large user-op all_reduce at any world size", "[mpi][large][halving]") {
   auto run = [](auto comm) {
     REQUIRE(comm);

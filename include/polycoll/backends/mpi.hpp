@@ -353,6 +353,24 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     return done;
   }
 
+  // Room in the pending operations for what this submission may leave
+  // there (RequestPool::reserve_more), made before it posts anything. Lock held.
+  Status room(const detail::CallDesc& c) {
+    try {
+      state_->pool.reserve_more(2);
+      return {};
+    } catch (const std::bad_alloc&) {
+      return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory for the pending operations"));
+    }
+  }
+
+  // What a collective does under the lock before it posts: room, then the
+  // consistency check.
+  Status preflight(const detail::CallDesc& c, const std::optional<detail::Clock::time_point>& deadline) {
+    if (auto s = room(c); !s) return s;
+    return check(c, deadline);
+  }
+
   // The consistency check (Options::check_consistency or POLYCOLL_CHECK=1):
   // before each collective the ranks all-gather their fingerprints (call,
   // count, dtype, op, root, sequence number); any difference is
@@ -417,7 +435,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int n = static_cast<int>(count);
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (auto s = preflight(c, dl); !s) return s;
     if (ordered<D, Op>()) return ordered_reduce<D, Op>(c, send ? send : buf, buf, count, true, 0, dl);
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
@@ -662,7 +680,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                     F&& call, const detail::mpi::Finish& finish = {}) {
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (auto s = preflight(c, dl); !s) return s;
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       if (const int rc = call(&req); rc != MPI_SUCCESS) return mpi_error(c, rc, nonblocking_fn);
@@ -1193,7 +1211,7 @@ Status BasicMpi<Policies>::barrier_impl() {
   const auto dl = deadline();
   auto guard = lock();
   if (auto s = complete(c, guard, dl); !s) return s;
-  if (auto s = check(c, dl); !s) return s;
+  if (auto s = preflight(c, dl); !s) return s;
   if (!state_->options.op_timeout) {
     const int rc = MPI_Barrier(state_->comm);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Barrier");
@@ -1213,7 +1231,7 @@ Result<std::optional<BasicMpi<Policies>>> BasicMpi<Policies>::split_impl(std::ui
   if (auto s = enter(c, 0); !s) return tl::unexpected(std::move(s.error()));
   const auto dl = deadline();
   auto guard = lock();
-  if (auto s = check(c, dl); !s) return tl::unexpected(std::move(s.error()));
+  if (auto s = preflight(c, dl); !s) return tl::unexpected(std::move(s.error()));
   // MPI wants non-negative int colors and int keys; polycoll's are any
   // uint32. Gather everyone's (color, key) and give MPI dense equivalents:
   // the color's position among the distinct colors, the rank's position in
@@ -1375,7 +1393,7 @@ Status BasicMpi<Policies>::reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, 
   const int n = static_cast<int>(count);
   const auto dl = deadline();
   auto guard = lock();
-  if (auto s = check(c, dl); !s) return s;
+  if (auto s = preflight(c, dl); !s) return s;
   if (ordered<D, Op>()) return ordered_reduce_scatter<D, Op>(c, send, recv, count, dl);
   // The in-place form changes the rank's own block of send and nothing
   // else, as on every backend. MPI_IN_PLACE cannot do that: it leaves the
@@ -1459,7 +1477,7 @@ Status BasicMpi<Policies>::reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<O
   if (ordered<D, Op>()) {
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = check(c, dl); !s) return s;
+    if (auto s = preflight(c, dl); !s) return s;
     return ordered_reduce<D, Op>(c, send, recv, count, false, root, dl);
   }
   int rc = MPI_SUCCESS;
@@ -1559,7 +1577,7 @@ Status BasicMpi<Policies>::all_gather_v_impl(dtype_tag<D>, const T* send, std::s
   }
   const auto dl = deadline();
   auto guard = lock();
-  if (auto s = check(c, dl); !s) return s;
+  if (auto s = preflight(c, dl); !s) return s;
   if (auto s = to_ints(c, {&layout}); !s) return s;
   const int* ints = state_->v_ints.data();
   const std::size_t w = state_->size;
@@ -1585,7 +1603,7 @@ Status BasicMpi<Policies>::all_to_all_v_impl(dtype_tag<D>, const T* send, const 
   const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
   const auto dl = deadline();
   auto guard = lock();
-  if (auto s = check(c, dl); !s) return s;
+  if (auto s = preflight(c, dl); !s) return s;
   if (auto s = to_ints(c, {&sl, &rl}); !s) return s;
   const int* ints = state_->v_ints.data();
   const std::size_t w = state_->size;
@@ -1609,6 +1627,7 @@ Status BasicMpi<Policies>::send_impl(dtype_tag<D>, const T* ptr, std::size_t cou
   if (auto s = check_tag(c, tag); !s) return s;
   const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
   auto guard = lock();
+  if (auto s = room(c); !s) return s;
   const std::size_t bytes = count * sizeof(T);
   // A small send is sent from a copy made now (detail::eager_bytes), as on
   // every backend: MPI may read the caller's buffer until the request
@@ -1643,6 +1662,7 @@ Status BasicMpi<Policies>::recv_impl(dtype_tag<D>, T* ptr, std::size_t count, st
   if (auto s = check_tag(c, tag); !s) return s;
   const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
   auto guard = lock();
+  if (auto s = room(c); !s) return s;
   // Matched later with MPI_Improbe, so that a message larger than the buffer
   // is detected (with its size) before it is received: a truncating
   // MPI_Irecv would report the error through MPI_Wait, which MPICH raises on

@@ -8,6 +8,7 @@
 // copies of small sends are blocks recycled through a free list).
 // Internal to backends/mpi.hpp.
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -74,7 +75,17 @@ class RequestPool {
   [[nodiscard]] bool empty() const noexcept { return requests_.empty(); }
   [[nodiscard]] std::size_t size() const noexcept { return requests_.size(); }
 
-  /// Adds a posted request. Grows the storage only past its high-water mark.
+  /// Makes room for `more` entries before a submission posts anything, so
+  /// that the adds after its MPI call cannot throw: a request MPI holds must
+  /// never be lost, with the scratch it writes freed under it. Throws
+  /// std::bad_alloc (the submission then fails before posting).
+  void reserve_more(std::size_t more) {
+    const std::size_t need = requests_.size() + more;
+    if (need > requests_.capacity()) requests_.reserve(std::max(need, 2 * requests_.capacity()));
+    if (need > pending_.capacity()) pending_.reserve(std::max(need, 2 * pending_.capacity()));
+  }
+
+  /// Adds a posted request; never allocates after reserve_more() made room.
   void add(MPI_Request r, const CallDesc& call, MPI_Datatype dt, Finish finish = {},
            std::unique_ptr<std::byte[]> scratch = {}) {
     requests_.push_back(r);
