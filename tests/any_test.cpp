@@ -306,6 +306,9 @@ TEST_CASE("AnyCommunicator: the held backend records each call once; flight_reco
   CHECK(rec[2].call == "barrier()");
   CHECK(rec[2].collective == 3);
   CHECK(any.target<NoOp>()->flight_record().size() == 3);
+  // Generic code over Communicator<B>& reads the same record.
+  const auto through = [](const auto& comm) { return comm.flight_record().size(); };
+  CHECK(through(static_cast<const Communicator<AnyCommunicator>&>(any)) == 3);
   AnyCommunicator moved = std::move(any);
   CHECK(any.flight_record().empty());  // NOLINT(bugprone-use-after-move): moved-from is specified
   CHECK(moved.flight_record().size() == 3);

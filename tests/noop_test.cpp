@@ -13,6 +13,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -426,4 +427,15 @@ TEST_CASE("NoOp flight record: every call that reaches the backend, oldest first
   NoOp none(off);
   REQUIRE(none.barrier());
   CHECK(none.flight_record().empty());
+}
+
+// A flight_record_size larger than the ring may be keeps FlightRecorder::max_size.
+TEST_CASE("NoOp flight record: a huge flight_record_size keeps max_size calls", "[noop][flight]") {
+  Options o;
+  o.flight_record_size = std::numeric_limits<std::size_t>::max();
+  NoOp comm(o);
+  for (int i = 0; i < 3; ++i) REQUIRE(comm.barrier());
+  const auto rec = comm.flight_record();
+  REQUIRE(rec.size() == 3);
+  CHECK(rec.back().collective == 3);
 }

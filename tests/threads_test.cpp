@@ -413,7 +413,7 @@ TEST_CASE("a timeout names each missing rank's last call and logs every rank's f
   REQUIRE_FALSE(r0);
   INFO(r0.error().message);
   CHECK(r0.error().code == Errc::timeout);
-  CHECK(r0.error().message.find("waiting for rank(s) 1 to arrive; rank 1's last call: #2 sync(), running for ") !=
+  CHECK(r0.error().message.find("waiting for rank(s) 1 to arrive; rank 1's last call: sync() [call 2], running for ") !=
         std::string::npos);
   REQUIRE_FALSE(r1);
   CHECK(r1.error().code == Errc::aborted);
@@ -430,11 +430,12 @@ TEST_CASE("a timeout names each missing rank's last call and logs every rank's f
   INFO(b);
   CHECK(b.find(r0.error().message) != std::string::npos);
   const auto at = [&](std::string_view what) { return b.find(what); };
-  CHECK(at("rank 0 of 2 [threads]: last 1 call(s)") < at("#1 (collective 1) all_reduce(count=2, dtype=f32, op=sum)"));
-  CHECK(at("#1 (collective 1) all_reduce(count=2, dtype=f32, op=sum)") < at("rank 1 of 2 [threads]: last 2 call(s)"));
-  CHECK(at("rank 1 of 2 [threads]: last 2 call(s)") < at("#1 recv(count=1, dtype=f32, src=0, tag=7)"));
-  CHECK(at("#1 recv(count=1, dtype=f32, src=0, tag=7)") < at("#2 sync()  started "));
-  CHECK(b.find(", running", at("#2 sync()  started ")) != std::string::npos);
+  CHECK(at("rank 0 of 2 [threads]: last 1 call(s)") < at("all_reduce(count=2, dtype=f32, op=sum) [call 1, collective 1]"));
+  CHECK(at("all_reduce(count=2, dtype=f32, op=sum) [call 1, collective 1]") < at("rank 1 of 2 [threads]: last 2 call(s)"));
+  CHECK(at("rank 1 of 2 [threads]: last 2 call(s)") < at("recv(count=1, dtype=f32, src=0, tag=7) [call 1]"));
+  CHECK(at("recv(count=1, dtype=f32, src=0, tag=7) [call 1]") < at("sync() [call 2]  started "));
+  // (Whether rank 1's sync still shows as running depends on whether it has
+  // woken from the abort before the block is written: not checked.)
   // Each rank's own record says the same.
   const auto rec0 = comms[0].flight_record();
   REQUIRE(rec0.size() == 1);

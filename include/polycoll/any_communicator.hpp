@@ -128,11 +128,6 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   [[nodiscard]] std::size_t rank() const noexcept { return object_ ? vtable_->rank(object_) : 0; }
   /// The held backend's name ("noop", "threads", "mpi", "nccl").
   [[nodiscard]] std::string_view backend_name() const noexcept { return vtable_->name; }
-  /// The held backend's flight record (see Communicator::flight_record);
-  /// empty when moved-from. The calls are recorded once, by the held backend.
-  [[nodiscard]] std::vector<CallRecord> flight_record() const {
-    return object_ ? vtable_->flight_record(object_) : std::vector<CallRecord>{};
-  }
 
   /// See Communicator::all_reduce.
   [[nodiscard]] Status all_reduce(std::uint64_t ptr, std::size_t count, DType dtype, ReduceOp op) {
@@ -358,6 +353,11 @@ class AnyCommunicator : public Communicator<AnyCommunicator> {
   StreamSyncOps* as_stream_sync_impl() noexcept { return as_stream_sync(); }
   // The held backend's Options::on_error and abort (a moved-from AnyCommunicator returns its errors).
   OnError on_error_impl() const noexcept { return object_ ? vtable_->on_error(object_) : OnError::return_error; }
+  // flight_record(): the held backend's ring (it records each call once);
+  // empty when moved-from.
+  std::vector<CallRecord> flight_record_impl() const {
+    return object_ ? vtable_->flight_record(object_) : std::vector<CallRecord>{};
+  }
   void abort_impl(const Error& e) const noexcept {
     if (object_) vtable_->abort_ranks(object_, e);
   }

@@ -349,18 +349,21 @@ class Communicator {
 
   /// Completes all pending work: outputs are valid and inputs reusable.
   [[nodiscard]] Status sync() {
-    return recorded(detail::CallDesc::plain(detail::Call::sync), [&] { return self().sync_impl(); });
+    detail::RecordGuard open = open_record(detail::CallDesc::plain(detail::Call::sync));
+    return close_record(open, self().sync_impl());
   }
 
   /// Waits for every rank (implies sync()).
   [[nodiscard]] Status barrier() {
-    return recorded(detail::CallDesc::plain(detail::Call::barrier), [&] { return self().barrier_impl(); });
+    detail::RecordGuard open = open_record(detail::CallDesc::plain(detail::Call::barrier));
+    return close_record(open, self().barrier_impl());
   }
 
   /// Collective: ranks with equal `color` form a communicator ordered by
   /// (key, old rank); `no_color` gives std::nullopt to the caller.
   [[nodiscard]] Result<std::optional<Backend>> split(std::uint32_t color, std::uint32_t key) {
-    return recorded(detail::CallDesc::plain(detail::Call::split), [&] { return self().split_impl(color, key); });
+    detail::RecordGuard open = open_record(detail::CallDesc::plain(detail::Call::split));
+    return close_record(open, self().split_impl(color, key));
   }
 
   /// This communicator's last calls (at most Options::flight_record_size),
@@ -368,7 +371,9 @@ class Communicator {
   /// group calls. Empty for a backend without a recorder and a moved-from
   /// communicator. Safe to call from any thread, also while calls run.
   [[nodiscard]] std::vector<CallRecord> flight_record() const {
-    if constexpr (has_recorder()) {
+    if constexpr (requires(const Backend& b) { b.flight_record_impl(); }) {
+      return self().flight_record_impl();  // AnyCommunicator: the held backend's record
+    } else if constexpr (has_recorder()) {
       if (const detail::FlightRecorder* fr = self().flight_recorder_impl()) return fr->records();
     }
     return {};
@@ -945,23 +950,42 @@ class Communicator {
     };
   }
 
-  // Records `c` around `f()`, the call into the backend, whose result then
-  // takes returning(). A timeout writes the rings to the log sink (an abort
-  // does in on_failure).
-  template <class F>
-  auto recorded(const detail::CallDesc& c, F&& f) -> decltype(f()) {
+  // The flight recorder around each call into the backend: open_record(c)
+  // before it (a statement of its own, so that it runs first), then
+  // close_record(open, <the backend's result>), which passes the result
+  // through returning(). Templates on the result type only, not on the call
+  // site, so the recorder adds no per-(dtype, op) code. A timeout writes the
+  // rings to the log sink (an abort does in on_failure). An exception out of
+  // the backend (no shipped backend throws) ends the record as failed (the
+  // guard's destructor).
+  detail::RecordGuard open_record(const detail::CallDesc& c) noexcept {
     if constexpr (has_recorder()) {
       if (detail::FlightRecorder* fr = self().flight_recorder_impl(); fr != nullptr) [[likely]] {
-        const std::uint64_t k = fr->begin(c);
-        auto r = f();
-        fr->end(k, r ? nullptr : &r.error());
-        if (!r && r.error().code == Errc::timeout && on_error_setting() != OnError::abort) [[unlikely]] {
-          log_flight_records(r.error());
-        }
-        return returning(std::move(r));
+        return detail::RecordGuard(fr, fr->begin(c), c.call);
       }
     }
-    return returning(f());
+    return detail::RecordGuard(nullptr, 0, c.call);
+  }
+
+  template <class R>
+  R close_record(detail::RecordGuard& open, R r) {
+    if (detail::FlightRecorder* fr = std::exchange(open.recorder, nullptr); fr != nullptr) [[likely]] {
+      fr->end(open.ticket, r ? nullptr : &r.error());
+      if (!r && r.error().code == Errc::timeout) [[unlikely]] timed_out(*fr, open.ticket, open.call, r.error());
+    }
+    return returning(std::move(r));
+  }
+
+  // A recorded call timed out: its block, unless on_error aborts (which
+  // writes it) or it repeats the last one (FlightRecorder::claim_block).
+  [[gnu::cold]] void timed_out(const detail::FlightRecorder& fr, std::uint64_t k, detail::Call c,
+                               const Error& e) const noexcept {
+    if (on_error_setting() == OnError::abort) return;
+    try {
+      if (fr.claim_block(k, c)) log_flight_records(e);
+    } catch (...) {
+      // Out of memory while deciding: the Error itself still says what happened.
+    }
   }
 
   [[gnu::cold]] void log_flight_records(const Error& cause) const noexcept {
@@ -1339,8 +1363,8 @@ class Communicator {
   template <DType D, ReduceOp Op>
   Status all_reduce_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t ptr, std::size_t count) {
     using T = typename dtype_tag<D>::type;
-    return recorded(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op),
-                    [&] { return self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count); });
+    detail::RecordGuard open = open_record(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op));
+    return close_record(open, self().all_reduce_impl(d, o, detail::to_ptr<T>(ptr), count));
   }
 
   // Out of place: a backend with its own out-of-place all_reduce_impl (Mpi,
@@ -1356,8 +1380,8 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_reduce_impl(d, o, s, r, count); }) {
-      return recorded(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op),
-                      [&] { return self().all_reduce_impl(d, o, s, r, count); });
+      detail::RecordGuard open = open_record(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op));
+      return close_record(open, self().all_reduce_impl(d, o, s, r, count));
     } else {
       // memmove: the front end allows no partial overlap, but the compiler
       // cannot know that (-Wrestrict on a constant bad call).
@@ -1378,8 +1402,8 @@ class Communicator {
   Status all_reduce_value_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t value) {
     using T = typename dtype_tag<D>::type;
     if constexpr (requires { self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)); }) {
-      return recorded(detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, Op),
-                      [&] { return self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)); });
+      detail::RecordGuard open = open_record(detail::CallDesc::reduction(detail::Call::all_reduce, 1, D, Op));
+      return close_record(open, self().all_reduce_value_impl(d, o, detail::to_ptr<T>(value)));
     } else if constexpr (requires { requires Backend::collectives_complete_on_return; }) {
       return all_reduce_tagged(d, o, value, 1);
     } else {
@@ -1391,39 +1415,39 @@ class Communicator {
   template <DType D>
   Status broadcast_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t root) {
     using T = typename dtype_tag<D>::type;
-    return recorded(detail::CallDesc::rooted(detail::Call::broadcast, count, D, root),
-                    [&] { return self().broadcast_impl(d, detail::to_ptr<T>(ptr), count, root); });
+    detail::RecordGuard open = open_record(detail::CallDesc::rooted(detail::Call::broadcast, count, D, root));
+    return close_record(open, self().broadcast_impl(d, detail::to_ptr<T>(ptr), count, root));
   }
 
   template <DType D>
   Status all_gather_tagged(dtype_tag<D> d, std::uint64_t send, std::uint64_t recv, std::size_t count) {
     using T = typename dtype_tag<D>::type;
-    return recorded(detail::CallDesc::movement(detail::Call::all_gather, count, D), [&] {
-      return self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
-    });
+    detail::RecordGuard open = open_record(detail::CallDesc::movement(detail::Call::all_gather, count, D));
+    return close_record(open,
+                        self().all_gather_impl(d, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count));
   }
 
   template <DType D, ReduceOp Op>
   Status reduce_scatter_tagged(dtype_tag<D> d, op_tag<Op> o, std::uint64_t send, std::uint64_t recv,
                                std::size_t count) {
     using T = typename dtype_tag<D>::type;
-    return recorded(detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op), [&] {
-      return self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count);
-    });
+    detail::RecordGuard open = open_record(detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op));
+    return close_record(open,
+                        self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count));
   }
 
   template <DType D>
   Status send_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
     using T = typename dtype_tag<D>::type;
-    return recorded(detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag),
-                    [&] { return self().send_impl(d, detail::to_ptr<const T>(ptr), count, dest, tag); });
+    detail::RecordGuard open = open_record(detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag));
+    return close_record(open, self().send_impl(d, detail::to_ptr<const T>(ptr), count, dest, tag));
   }
 
   template <DType D>
   Status recv_tagged(dtype_tag<D> d, std::uint64_t ptr, std::size_t count, std::size_t src, std::uint32_t tag) {
     using T = typename dtype_tag<D>::type;
-    return recorded(detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag),
-                    [&] { return self().recv_impl(d, detail::to_ptr<T>(ptr), count, src, tag); });
+    detail::RecordGuard open = open_record(detail::CallDesc::p2p(detail::Call::recv, count, D, src, tag));
+    return close_record(open, self().recv_impl(d, detail::to_ptr<T>(ptr), count, src, tag));
   }
 
   template <DType D, ReduceOp Op>
@@ -1433,7 +1457,8 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
     if constexpr (requires { self().reduce_impl(d, o, s, r, count, root); }) {
-      return recorded(c, [&] { return self().reduce_impl(d, o, s, r, count, root); });
+      detail::RecordGuard open = open_record(c);
+      return close_record(open, self().reduce_impl(d, o, s, r, count, root));
     } else {
       return not_implemented(c);
     }
@@ -1446,7 +1471,8 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = rank() == root ? detail::to_ptr<T>(recv) : nullptr;
     if constexpr (requires { self().gather_impl(d, s, r, count, root); }) {
-      return recorded(c, [&] { return self().gather_impl(d, s, r, count, root); });
+      detail::RecordGuard open = open_record(c);
+      return close_record(open, self().gather_impl(d, s, r, count, root));
     } else {
       return not_implemented(c);
     }
@@ -1459,7 +1485,8 @@ class Communicator {
     const T* s = rank() == root ? detail::to_ptr<const T>(send) : nullptr;
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().scatter_impl(d, s, r, count, root); }) {
-      return recorded(c, [&] { return self().scatter_impl(d, s, r, count, root); });
+      detail::RecordGuard open = open_record(c);
+      return close_record(open, self().scatter_impl(d, s, r, count, root));
     } else {
       return not_implemented(c);
     }
@@ -1472,7 +1499,8 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_to_all_impl(d, s, r, count); }) {
-      return recorded(c, [&] { return self().all_to_all_impl(d, s, r, count); });
+      detail::RecordGuard open = open_record(c);
+      return close_record(open, self().all_to_all_impl(d, s, r, count));
     } else {
       return not_implemented(c);
     }
@@ -1485,7 +1513,8 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_gather_v_impl(d, s, send_count, r, layout); }) {
-      return recorded(c, [&] { return self().all_gather_v_impl(d, s, send_count, r, layout); });
+      detail::RecordGuard open = open_record(c);
+      return close_record(open, self().all_gather_v_impl(d, s, send_count, r, layout));
     } else {
       return not_implemented(c);
     }
@@ -1498,7 +1527,8 @@ class Communicator {
     const T* s = detail::to_ptr<const T>(send);
     T* r = detail::to_ptr<T>(recv);
     if constexpr (requires { self().all_to_all_v_impl(d, s, sl, r, rl); }) {
-      return recorded(c, [&] { return self().all_to_all_v_impl(d, s, sl, r, rl); });
+      detail::RecordGuard open = open_record(c);
+      return close_record(open, self().all_to_all_v_impl(d, s, sl, r, rl));
     } else {
       return not_implemented(c);
     }

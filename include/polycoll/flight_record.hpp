@@ -41,7 +41,7 @@ struct CallRecord {
   /// The call and its arguments: "all_reduce(count=2, dtype=f32, op=sum)".
   std::string call;
   /// When the call began, to the resolution of the kernel's coarse
-  /// monotonic clock on Linux (a scheduler tick, 1-4 ms).
+  /// monotonic clock on Linux (a scheduler tick, 1-10 ms).
   std::chrono::steady_clock::time_point start;
   /// When it returned (posted work: when it was posted; the sync that
   /// completes it has its own record); empty while it runs.
@@ -81,14 +81,24 @@ inline std::int64_t flight_now() noexcept {
 /// the communicator (any number of them), read by anyone (a peer rank of
 /// Threads reads it to say what a missing rank is doing): every field is an
 /// atomic word and each slot is a sequence lock, so a reader never sees a
-/// half-written record and a writer never waits.
+/// half-written record and a writer never waits. A slot is written again
+/// only once the ring has wrapped: a thread descheduled inside begin() or
+/// end() while other threads of the same communicator make as many calls as
+/// the ring holds can leave one record that mixes two calls (the price of
+/// not taking a lock or a second atomic read-modify-write per call).
 class FlightRecorder {
  public:
-  /// Keeps the last `size` calls (size > 0); allocates once, here.
+  /// The most calls a ring keeps; a larger Options::flight_record_size keeps this many.
+  static constexpr std::size_t max_size = std::size_t{1} << 16;
+
+  /// Keeps the last min(size, max_size) calls (size > 0); allocates once, here.
   explicit FlightRecorder(std::size_t size);
 
-  /// Records the start of `c`; returns the ticket end() takes.
-  std::uint64_t begin(const CallDesc& c) noexcept {
+  /// Records the start of `c`; returns the ticket end() takes. Not inlined
+  /// (nor end()): inlined into every call site of every (dtype, op) they made
+  /// a header-only seed TU compile 10% longer, and the call costs nothing
+  /// measurable next to the record's clock reads (docs/reliability.md).
+  [[gnu::noinline]] std::uint64_t begin(const CallDesc& c) noexcept {
     const std::uint64_t k = calls_.fetch_add(1, std::memory_order_relaxed) + 1;
     CallDesc d = c;
     d.seq = 0;
@@ -115,7 +125,7 @@ class FlightRecorder {
 
   /// Records the end of the call begin() returned `k` for: succeeded when
   /// `error` is null. Nothing when the ring has wrapped over it since.
-  void end(std::uint64_t k, const Error* error) noexcept {
+  [[gnu::noinline]] void end(std::uint64_t k, const Error* error) noexcept {
     Slot& s = slots_[k & mask_];
     if (s.stamp.load(std::memory_order_relaxed) != 2 * k + 2) return;
     s.end.store(flight_now(), std::memory_order_relaxed);
@@ -126,9 +136,15 @@ class FlightRecorder {
   /// The last size() calls, oldest first.
   [[nodiscard]] std::vector<CallRecord> records() const;
 
-  /// "#12 (collective 7) broadcast(count=4, dtype=f32, root=0), running for
-  /// 2.104 s": the newest record, or "no call yet".
+  /// "broadcast(count=4, dtype=f32, root=0) [call 12, collective 7], running
+  /// for 2.104 s": the newest record, or "no call yet".
   [[nodiscard]] std::string last_text() const;
+
+  /// Whether a timeout of call `k` (a `c`) should write a log block: not
+  /// when it is a sync() and every call since the last block was a sync()
+  /// too (a loop that retries sync() after a timeout would log the same ring
+  /// each time). Records the block as written when it returns true.
+  [[nodiscard]] bool claim_block(std::uint64_t k, Call c) const;
 
   /// How many calls the ring keeps.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -155,6 +171,25 @@ class FlightRecorder {
   std::unique_ptr<Slot[]> slots_;
   alignas(64) std::atomic<std::uint64_t> calls_{0};
   std::atomic<std::uint64_t> collectives_{0};
+  mutable std::atomic<std::uint64_t> last_block_{0};  // the call whose timeout wrote the last block
+};
+
+/// An open record: the front end's close_record() ends it with the call's
+/// result and clears `recorder`; a call that leaves by an exception instead
+/// ends it here, as failed (Errc::backend_failure).
+struct RecordGuard {
+  FlightRecorder* recorder;
+  std::uint64_t ticket;
+  Call call;
+  RecordGuard(FlightRecorder* r, std::uint64_t k, Call c) noexcept : recorder(r), ticket(k), call(c) {}
+  RecordGuard(const RecordGuard&) = delete;
+  RecordGuard& operator=(const RecordGuard&) = delete;
+  ~RecordGuard() {
+    if (recorder != nullptr) [[unlikely]] {
+      static const Error threw{Errc::backend_failure, "an exception", 0};
+      recorder->end(ticket, &threw);
+    }
+  }
 };
 
 /// One rank's ring, for the log block.
@@ -181,9 +216,9 @@ void log_flight_records(std::string_view why, const std::vector<RankRecorder>& r
 #if defined(POLYCOLL_HEADER_ONLY) || defined(POLYCOLL_DETAIL_DEFINE_CORE)
 namespace polycoll::detail {
 
-POLYCOLL_DETAIL_LIB_INLINE FlightRecorder::FlightRecorder(std::size_t size) : size_(size) {
+POLYCOLL_DETAIL_LIB_INLINE FlightRecorder::FlightRecorder(std::size_t size) : size_(std::min(size, max_size)) {
   std::size_t capacity = 1;
-  while (capacity < size) capacity *= 2;
+  while (capacity < size_) capacity *= 2;
   mask_ = capacity - 1;
   slots_ = std::make_unique<Slot[]>(capacity);
 }
@@ -242,11 +277,12 @@ inline std::int64_t ns_of(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-// "#12 (collective 7) broadcast(...)": the call as the messages name it.
+// "broadcast(...) [call 12, collective 7]": the call as the messages name it
+// (not "#12", which error messages use for the backends' own numbers).
 inline std::string head(const CallRecord& r) {
-  std::string s = cat('#', r.number, ' ');
-  if (r.collective != 0) s += cat("(collective ", r.collective, ") ");
-  s += r.call;
+  std::string s = cat(r.call, " [call ", r.number);
+  if (r.collective != 0) s += cat(", collective ", r.collective);
+  s += ']';
   return s;
 }
 }  // namespace flight
@@ -264,15 +300,30 @@ POLYCOLL_DETAIL_LIB_INLINE std::string FlightRecorder::last_text() const {
                  flight::seconds(now - flight::ns_of(*r->end)), " ago");
     }
   }
-  return cat('#', k, " (being recorded)");
+  return cat("call ", k, " (being recorded)");
+}
+
+POLYCOLL_DETAIL_LIB_INLINE bool FlightRecorder::claim_block(std::uint64_t k, Call c) const {
+  const std::uint64_t last = last_block_.load(std::memory_order_acquire);
+  if (c == Call::sync && last != 0) {
+    bool only_syncs = true;
+    for (const CallRecord& r : records()) {
+      if (r.number > last && r.number <= k && r.call != "sync()") only_syncs = false;
+    }
+    // A record pushed out of the ring was a call too: the ring no longer
+    // holds everything since the last block, so it is worth writing.
+    if (only_syncs && k - last < size_) return false;
+  }
+  last_block_.store(k, std::memory_order_release);
+  return true;
 }
 
 POLYCOLL_DETAIL_LIB_INLINE std::string flight_block(std::string_view why, const std::vector<RankRecorder>& rings,
                                                     std::size_t world, std::string_view backend) {
-  const std::int64_t now = flight_now();
   std::string s = cat("flight record (", why, ")");
   for (const RankRecorder& rr : rings) {
     const std::vector<CallRecord> rec = rr.recorder->records();
+    const std::int64_t now = flight_now();  // after the read: no call starts after it
     s += cat("\n  rank ", rr.rank, " of ", world, " [", backend, "]: last ", rec.size(),
              " call(s), oldest first; times are seconds before now");
     for (const CallRecord& r : rec) {

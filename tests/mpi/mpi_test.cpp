@@ -400,11 +400,22 @@ TEST_CASE("flight record: collective numbers agree across ranks; a timeout logs 
   INFO(blocks[0]);
   const std::string me = "rank " + std::to_string(r) + " of " + std::to_string(w) + " [mpi]: last 4 call(s)";
   CHECK(contains(blocks[0], me));
-  CHECK(contains(blocks[0], "#1 (collective 1) all_reduce(count=2, dtype=f32, op=sum)"));
-  CHECK(contains(blocks[0], "#2 (collective 2) broadcast(count=2, dtype=f32, root=" + std::to_string(w - 1) + ")"));
-  CHECK(contains(blocks[0], "#3 recv(count=3, dtype=i32, src=" + std::to_string(prev) + ", tag=98)"));
-  CHECK(contains(blocks[0], "#4 sync()  started "));
+  CHECK(contains(blocks[0], "all_reduce(count=2, dtype=f32, op=sum) [call 1, collective 1]"));
+  CHECK(contains(blocks[0], "broadcast(count=2, dtype=f32, root=" + std::to_string(w - 1) + ") [call 2, collective 2]"));
+  CHECK(contains(blocks[0], "recv(count=3, dtype=i32, src=" + std::to_string(prev) + ", tag=98) [call 3]"));
+  CHECK(contains(blocks[0], "sync() [call 4]  started "));
   CHECK(contains(blocks[0], "failed (timeout)"));
+  // Retrying sync() after its timeout logs no second block of the same ring.
+  set_log_sink(&capture);
+  for (int retry = 0; retry < 2; ++retry) {
+    const Status again = comm.sync();
+    REQUIRE_FALSE(again);
+    CHECK(again.error().code == Errc::timeout);
+  }
+  set_log_sink(previous);
+  std::size_t more = 0;
+  for (const auto& m : g_log) more += m.rfind("flight record (", 0) == 0;
+  CHECK(more == 1);
   MPI_Barrier(MPI_COMM_WORLD);
   REQUIRE(comm.send(out, next, 98));
   CHECK(sync_until_done(comm));
@@ -547,46 +558,54 @@ TEST_CASE("no allocation per call on the hot path", "[mpi][alloc]") {
   CHECK(detail::mpi::cached_op_count() >= 2);
 }
 
-// Large reductions through polycoll's unit, odd counts, at any world size:
-// at 2 ranks on MPICH the blocking policies take the halving exchange
-// (backends/mpi/halving.hpp; every dtype under kernel_ops), so the two halves
-// differ in length. A receive with tag 0 posted before and matched after
-// shows that the collective's traffic never meets the user's (the halving
-// runs on its own communicator).
 TEST_CASE("out of memory for the pending operations: the call fails before it posts, no request is lost",
           "[mpi][alloc]") {
   Mpi comm = world();
   const std::size_t r = comm.rank();
-  // Receives from self until the pending operations must grow, with that
-  // growth failing: the receive that needs it returns an Error and posts
-  // nothing (before, its request was posted and then lost to std::bad_alloc).
-  std::vector<std::int32_t> in(1000, -1);
+  // Operations to self until the pending operations must grow, with that
+  // growth failing: the call that needs it returns an Error and posts
+  // nothing (before, a send's MPI request was posted and then lost to
+  // std::bad_alloc, and a receive vanished from the pending operations).
+  const bool sends = GENERATE(false, true);
+  INFO((sends ? "sends" : "receives") << " first");
+  // 80 ints: above the 256 bytes a small send copies, so that a send's first
+  // allocation is the pending operations' growth.
+  constexpr std::size_t n = 80;
+  std::vector<std::int32_t> in(1000 * n, -1), out(1000 * n);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::int32_t>(i);
+  auto post = [&](std::size_t i, bool send) {
+    return send ? comm.send(std::span<const std::int32_t>(&out[i * n], n), r, 77)
+                : comm.recv(std::span<std::int32_t>(&in[i * n], n), r, 77);
+  };
   std::size_t posted = 0;
   Status failed;
   polycoll::test::g_fail_next_allocation = true;
-  for (; posted < in.size(); ++posted) {
-    failed = comm.recv(std::span<std::int32_t>(&in[posted], 1), r, 77);
+  for (; posted < 1000; ++posted) {
+    failed = post(posted, sends);
     if (!failed) break;
   }
   polycoll::test::g_fail_next_allocation = false;
   REQUIRE_FALSE(failed);
   INFO(failed.error().message);
   CHECK(failed.error().code == Errc::backend_failure);
-  CHECK(contains(failed.error().message, "recv(count=1, dtype=i32, src=" + std::to_string(r) + ", tag=77)"));
+  CHECK(contains(failed.error().message, std::string(sends ? "send" : "recv") + "(count=80, dtype=i32, " +
+                                             (sends ? "dest=" : "src=") + std::to_string(r) + ", tag=77)"));
   CHECK(contains(failed.error().message, "out of memory for the pending operations"));
   CHECK(comm.pending() == posted);
-  // Every receive that was posted still completes.
-  std::vector<std::int32_t> out(posted);
-  for (std::size_t i = 0; i < posted; ++i) {
-    out[i] = static_cast<std::int32_t>(i);
-    REQUIRE(comm.send(std::span<const std::int32_t>(&out[i], 1), r, 77));
-  }
+  // Every operation that was posted completes, with its other half.
+  for (std::size_t i = 0; i < posted; ++i) REQUIRE(post(i, !sends));
   REQUIRE(comm.sync());
-  for (std::size_t i = 0; i < posted; ++i) CHECK(in[i] == static_cast<std::int32_t>(i));
-  CHECK(in[posted] == -1);
+  CHECK(std::equal(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(posted * n), out.begin()));
+  CHECK(in[posted * n] == -1);
   CHECK(comm.pending() == 0);
 }
 
+// Large reductions through polycoll's unit, odd counts, at any world size:
+// at 2 ranks on MPICH the blocking policies take the halving exchange
+// (backends/mpi/halving.hpp; every dtype under kernel_ops), so the two halves
+// differ in length. A receive with tag 0 posted before and matched after
+// shows that the collective's traffic never meets the user's (the halving
+// runs on its own communicator).
 TEST_CASE("large user-op all_reduce at any world size", "[mpi][large][halving]") {
   auto run = [](auto comm) {
     REQUIRE(comm);

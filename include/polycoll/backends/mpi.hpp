@@ -357,7 +357,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // there (RequestPool::reserve_more), made before it posts anything. Lock held.
   Status room(const detail::CallDesc& c) {
     try {
-      state_->pool.reserve_more(2);
+      state_->pool.reserve_more(1);
+      if (state_->check) state_->ledger.reserve_more(1);  // a checked send records its hash after posting
       return {};
     } catch (const std::bad_alloc&) {
       return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory for the pending operations"));

@@ -52,7 +52,8 @@ class NoOp : public Communicator<NoOp> {
     if (options_.flight_record_size != 0) flight_ = std::make_unique<detail::FlightRecorder>(options_.flight_record_size);
   }
   /// Takes over `other`'s pending send/recv (`other` stays a usable world of one).
-  /// Its flight record moves too: `other` records nothing more.
+  /// Its flight record moves too: `other` records nothing more (also for the
+  /// move assignment).
   NoOp(NoOp&& other) noexcept
       : Communicator<NoOp>(std::move(other)),
         options_(other.options_),
@@ -70,7 +71,7 @@ class NoOp : public Communicator<NoOp> {
       std::scoped_lock lock(p2p_->mutex, other.p2p_->mutex);
       options_ = other.options_;
       check_ = other.check_;
-      flight_.swap(other.flight_);
+      flight_ = std::move(other.flight_);
       p2p_->sends = std::move(other.p2p_->sends);
       p2p_->recvs = std::move(other.p2p_->recvs);
       p2p_->ledger.take(other.p2p_->ledger);

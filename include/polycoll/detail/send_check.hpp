@@ -5,6 +5,7 @@
 // when it is posted and compares it when the sender's sync() has completed
 // the send; a difference is Errc::mismatch naming the send. Internal.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -56,6 +57,13 @@ inline std::uint64_t hash_bytes(const void* p, std::size_t bytes) noexcept {
 class SendLedger {
  public:
   /// Records a send of `bytes` bytes at `p` (called at post time, check on).
+  /// Makes room for `more` records, so that record() after a send was
+  /// posted cannot throw. Throws std::bad_alloc.
+  void reserve_more(std::size_t more) {
+    const std::size_t need = sends_.size() + more;
+    if (need > sends_.capacity()) sends_.reserve(std::max(need, 2 * sends_.capacity()));
+  }
+
   void record(const CallDesc& call, const void* p, std::size_t bytes) {
     std::lock_guard g(mutex_);
     sends_.push_back({call, p, bytes, hash_bytes(p, bytes)});

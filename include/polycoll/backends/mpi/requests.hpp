@@ -75,7 +75,8 @@ class RequestPool {
   [[nodiscard]] bool empty() const noexcept { return requests_.empty(); }
   [[nodiscard]] std::size_t size() const noexcept { return requests_.size(); }
 
-  /// Makes room for `more` entries before a submission posts anything, so
+  /// Makes room for `more` entries (a submission leaves at most one) before
+  /// it posts anything, so
   /// that the adds after its MPI call cannot throw: a request MPI holds must
   /// never be lost, with the scratch it writes freed under it. Throws
   /// std::bad_alloc (the submission then fails before posting).
