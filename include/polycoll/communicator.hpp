@@ -60,7 +60,8 @@ struct Options {
   bool reproducible = false;
   /// How many of its last calls a communicator keeps in its flight record
   /// (comm.flight_record(); written to the log sink when a call times out or
-  /// on_error aborts); 0 keeps none. See docs/reliability.md ("Flight recorder").
+  /// on_error aborts); 0 keeps none, at most 65536 (detail::FlightRecorder::max_size)
+  /// are kept. See docs/reliability.md ("Flight recorder").
   std::size_t flight_record_size = 64;
 };
 
@@ -1432,8 +1433,8 @@ class Communicator {
                                std::size_t count) {
     using T = typename dtype_tag<D>::type;
     detail::RecordGuard open = open_record(detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op));
-    return close_record(open,
-                        self().reduce_scatter_impl(d, o, detail::to_ptr<const T>(send), detail::to_ptr<T>(recv), count));
+    const T* s = detail::to_ptr<const T>(send);
+    return close_record(open, self().reduce_scatter_impl(d, o, s, detail::to_ptr<T>(recv), count));
   }
 
   template <DType D>

@@ -198,9 +198,9 @@ struct RankRecorder {
   const FlightRecorder* recorder;
 };
 
-/// The log block: "flight record of rank 0 of 2 [threads], last 3 of 3
-/// calls, oldest first, times before now:" and one line per call, for each
-/// ring in `rings`, after a first line saying `why`.
+/// The log block: "flight record (<why>)", then for each ring in `rings`
+/// "rank 0 of 2 [threads]: last 3 call(s), oldest first; ..." and one line
+/// per call (docs/reliability.md shows one).
 std::string flight_block(std::string_view why, const std::vector<RankRecorder>& rings, std::size_t world,
                          std::string_view backend);
 
