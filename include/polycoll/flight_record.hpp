@@ -111,14 +111,17 @@ class FlightRecorder {
       collectives_.store(d.seq, std::memory_order_relaxed);
     }
     const Fingerprint f = fingerprint(d);
+    // The sequence lock without fences (ThreadSanitizer does not model
+    // them): every field is stored with release, so a reader that loads a
+    // field (acquire) written in this call also sees the odd stamp before it.
+    // On x86-64 these are plain stores.
     Slot& s = slots_[k & mask_];
     s.stamp.store(2 * k + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    for (std::size_t i = 0; i < f.size(); ++i) s.words[i].store(f[i], std::memory_order_relaxed);
-    s.peer.store(static_cast<std::uint64_t>(c.peer), std::memory_order_relaxed);
-    s.tag.store(c.has_tag ? (std::uint64_t{1} << 32) | c.tag : 0, std::memory_order_relaxed);
-    s.start.store(flight_now(), std::memory_order_relaxed);
-    s.status.store(running, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < f.size(); ++i) s.words[i].store(f[i], std::memory_order_release);
+    s.peer.store(static_cast<std::uint64_t>(c.peer), std::memory_order_release);
+    s.tag.store(c.has_tag ? (std::uint64_t{1} << 32) | c.tag : 0, std::memory_order_release);
+    s.start.store(flight_now(), std::memory_order_release);
+    s.status.store(running, std::memory_order_release);
     s.stamp.store(2 * k + 2, std::memory_order_release);
     return k;
   }
@@ -226,14 +229,15 @@ POLYCOLL_DETAIL_LIB_INLINE FlightRecorder::FlightRecorder(std::size_t size) : si
 POLYCOLL_DETAIL_LIB_INLINE std::optional<CallRecord> FlightRecorder::read(const Slot& s) const {
   const std::uint64_t before = s.stamp.load(std::memory_order_acquire);
   if (before == 0 || before % 2 != 0) return std::nullopt;
+  // Acquire loads (see begin()): a field written by a later call makes the
+  // stamp read after them differ from `before`.
   Fingerprint f{};
-  for (std::size_t i = 0; i < f.size(); ++i) f[i] = s.words[i].load(std::memory_order_relaxed);
-  const std::uint64_t peer = s.peer.load(std::memory_order_relaxed);
-  const std::uint64_t tag = s.tag.load(std::memory_order_relaxed);
-  const std::int64_t start = s.start.load(std::memory_order_relaxed);
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = s.words[i].load(std::memory_order_acquire);
+  const std::uint64_t peer = s.peer.load(std::memory_order_acquire);
+  const std::uint64_t tag = s.tag.load(std::memory_order_acquire);
+  const std::int64_t start = s.start.load(std::memory_order_acquire);
   const std::uint64_t status = s.status.load(std::memory_order_acquire);
-  const std::int64_t end = s.end.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
+  const std::int64_t end = s.end.load(std::memory_order_acquire);
   if (s.stamp.load(std::memory_order_relaxed) != before) return std::nullopt;
 
   CallDesc c = from_fingerprint(f.data());
