@@ -979,31 +979,14 @@ class Communicator {
 
   // A recorded call timed out: its block, unless on_error aborts (which
   // writes it) or it repeats the last one (FlightRecorder::claim_block).
+  // Cold, and defined out of the class (below) like the seed surface, so that
+  // `extern template class Communicator<B>` keeps it out of user TUs.
   [[gnu::cold]] void timed_out(const detail::FlightRecorder& fr, std::uint64_t k, detail::Call c,
-                               const Error& e) const noexcept {
-    if (on_error_setting() == OnError::abort) return;
-    try {
-      if (fr.claim_block(k, c)) log_flight_records(e);
-    } catch (...) {
-      // Out of memory while deciding: the Error itself still says what happened.
-    }
-  }
+                               const Error& e) const noexcept;
 
-  [[gnu::cold]] void log_flight_records(const Error& cause) const noexcept {
-    if constexpr (has_recorder()) {
-      try {
-        std::vector<detail::RankRecorder> rings;
-        if constexpr (requires(const Backend& b) { b.reachable_recorders_impl(); }) {
-          rings = self().reachable_recorders_impl();
-        } else if (const detail::FlightRecorder* fr = self().flight_recorder_impl()) {
-          rings.push_back({rank(), fr});
-        }
-        if (!rings.empty()) detail::log_flight_records(cause.message, rings, world_size(), name_of_backend());
-      } catch (...) {
-        // Out of memory while reporting: the Error itself still says what happened.
-      }
-    }
-  }
+  // Writes the reachable rings to the log sink, with `cause` as the block's
+  // first line. Defined out of the class, as timed_out.
+  [[gnu::cold]] void log_flight_records(const Error& cause) const noexcept;
 
   // What the backend returned, after on_error had its say.
   template <class R>
@@ -1592,6 +1575,38 @@ class Communicator {
         [&]() -> Status { return unknown_dtype(c); });
   }
 };
+
+// The flight recorder's cold paths (see the declarations), out of the class
+// for the same reason as the seed surface below.
+template <class Backend>
+void Communicator<Backend>::timed_out(const detail::FlightRecorder& fr, std::uint64_t k, detail::Call c,
+                                      const Error& e) const noexcept {
+  if (on_error_setting() == OnError::abort) return;
+  try {
+    if (fr.claim_block(k, c)) log_flight_records(e);
+  } catch (...) {
+    // Out of memory while deciding: the Error itself still says what happened.
+  }
+}
+
+template <class Backend>
+void Communicator<Backend>::log_flight_records(const Error& cause) const noexcept {
+  if constexpr (has_recorder()) {
+    try {
+      std::vector<detail::RankRecorder> rings;
+      if constexpr (requires(const Backend& b) { b.reachable_recorders_impl(); }) {
+        rings = self().reachable_recorders_impl();
+      } else if (const detail::FlightRecorder* fr = self().flight_recorder_impl()) {
+        rings.push_back({rank(), fr});
+      }
+      if (!rings.empty()) detail::log_flight_records(cause.message, rings, world_size(), name_of_backend());
+    } catch (...) {
+      // Out of memory while reporting: the Error itself still says what happened.
+    }
+  } else {
+    (void)cause;
+  }
+}
 
 // The seed surface, defined outside the class: these members are not inline,
 // so an explicit instantiation declaration (`extern template class

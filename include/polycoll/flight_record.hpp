@@ -7,12 +7,10 @@
 /// to the log sink as one block. Rules and costs: docs/reliability.md
 /// ("Flight recorder").
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,7 +24,6 @@
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/linkage.hpp>
 #include <polycoll/error.hpp>
-#include <polycoll/log.hpp>
 
 namespace polycoll {
 
@@ -94,47 +91,21 @@ class FlightRecorder {
   /// Keeps the last min(size, max_size) calls (size > 0); allocates once, here.
   explicit FlightRecorder(std::size_t size);
 
-  /// Records the start of `c`; returns the ticket end() takes. Not inlined
-  /// (nor end()): inlined into every call site of every (dtype, op) they made
-  /// a header-only seed TU compile 10% longer, and the call costs nothing
+  /// Records the start of `c`; returns the ticket end() takes. In
+  /// libpolycoll (with finish(), end()'s work), not inline: inlined into
+  /// every call site of every (dtype, op) they made a header-only seed TU
+  /// compile 10% longer and a typed TU 5%, and the call costs nothing
   /// measurable next to the record's clock reads (docs/reliability.md).
-  [[gnu::noinline]] std::uint64_t begin(const CallDesc& c) noexcept {
-    const std::uint64_t k = calls_.fetch_add(1, std::memory_order_relaxed) + 1;
-    CallDesc d = c;
-    d.seq = 0;
-    if (is_collective(c.call)) {
-      // A load and a store, not a read-modify-write (which costs as much as
-      // the rest of the record): a program calls one communicator's
-      // collectives in one order on every rank, so they do not race; two
-      // threads that call collectives at once may share a number.
-      d.seq = collectives_.load(std::memory_order_relaxed) + 1;
-      collectives_.store(d.seq, std::memory_order_relaxed);
-    }
-    const Fingerprint f = fingerprint(d);
-    // The sequence lock without fences (ThreadSanitizer does not model
-    // them): every field is stored with release, so a reader that loads a
-    // field (acquire) written in this call also sees the odd stamp before it.
-    // On x86-64 these are plain stores.
-    Slot& s = slots_[k & mask_];
-    s.stamp.store(2 * k + 1, std::memory_order_relaxed);
-    for (std::size_t i = 0; i < f.size(); ++i) s.words[i].store(f[i], std::memory_order_release);
-    s.peer.store(static_cast<std::uint64_t>(c.peer), std::memory_order_release);
-    s.tag.store(c.has_tag ? (std::uint64_t{1} << 32) | c.tag : 0, std::memory_order_release);
-    s.start.store(flight_now(), std::memory_order_release);
-    s.status.store(running, std::memory_order_release);
-    s.stamp.store(2 * k + 2, std::memory_order_release);
-    return k;
-  }
+  std::uint64_t begin(const CallDesc& c) noexcept;
 
   /// Records the end of the call begin() returned `k` for: succeeded when
   /// `error` is null. Nothing when the ring has wrapped over it since.
-  [[gnu::noinline]] void end(std::uint64_t k, const Error* error) noexcept {
-    Slot& s = slots_[k & mask_];
-    if (s.stamp.load(std::memory_order_relaxed) != 2 * k + 2) return;
-    s.end.store(flight_now(), std::memory_order_relaxed);
-    // Released: whoever reads a final status (acquire) reads this end time.
-    s.status.store(error ? failed + static_cast<std::uint64_t>(error->code) : succeeded, std::memory_order_release);
+  void end(std::uint64_t k, const Error* error) noexcept {
+    finish(k, error ? failed + static_cast<std::uint64_t>(error->code) : succeeded);
   }
+
+  /// Records that the call begin() returned `k` for failed with `code`.
+  void end_failed(std::uint64_t k, Errc code) noexcept { finish(k, failed + static_cast<std::uint64_t>(code)); }
 
   /// The last size() calls, oldest first.
   [[nodiscard]] std::vector<CallRecord> records() const;
@@ -165,6 +136,8 @@ class FlightRecorder {
     std::atomic<std::uint64_t> status{0};
   };
 
+  void finish(std::uint64_t k, std::uint64_t status) noexcept;
+
   // One consistent copy of slot `s`, or nothing (unused, being written, or
   // overwritten while read).
   std::optional<CallRecord> read(const Slot& s) const;
@@ -188,10 +161,7 @@ struct RecordGuard {
   RecordGuard(const RecordGuard&) = delete;
   RecordGuard& operator=(const RecordGuard&) = delete;
   ~RecordGuard() {
-    if (recorder != nullptr) [[unlikely]] {
-      static const Error threw{Errc::backend_failure, "an exception", 0};
-      recorder->end(ticket, &threw);
-    }
+    if (recorder != nullptr) [[unlikely]] recorder->end_failed(ticket, Errc::backend_failure);
   }
 };
 
@@ -217,6 +187,12 @@ void log_flight_records(std::string_view why, const std::vector<RankRecorder>& r
 }  // namespace polycoll
 
 #if defined(POLYCOLL_HEADER_ONLY) || defined(POLYCOLL_DETAIL_DEFINE_CORE)
+// What only the definitions need: a TU of the compiled mode does not parse them.
+#include <algorithm>
+#include <cstdio>
+
+#include <polycoll/log.hpp>
+
 namespace polycoll::detail {
 
 POLYCOLL_DETAIL_LIB_INLINE FlightRecorder::FlightRecorder(std::size_t size) : size_(std::min(size, max_size)) {
@@ -224,6 +200,44 @@ POLYCOLL_DETAIL_LIB_INLINE FlightRecorder::FlightRecorder(std::size_t size) : si
   while (capacity < size_) capacity *= 2;
   mask_ = capacity - 1;
   slots_ = std::make_unique<Slot[]>(capacity);
+}
+
+// Not inlined with POLYCOLL_HEADER_ONLY either (see the declaration).
+[[gnu::noinline]] POLYCOLL_DETAIL_LIB_INLINE std::uint64_t FlightRecorder::begin(const CallDesc& c) noexcept {
+  const std::uint64_t k = calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  CallDesc d = c;
+  d.seq = 0;
+  if (is_collective(c.call)) {
+    // A load and a store, not a read-modify-write (which costs as much as
+    // the rest of the record): a program calls one communicator's
+    // collectives in one order on every rank, so they do not race; two
+    // threads that call collectives at once may share a number.
+    d.seq = collectives_.load(std::memory_order_relaxed) + 1;
+    collectives_.store(d.seq, std::memory_order_relaxed);
+  }
+  const Fingerprint f = fingerprint(d);
+  // The sequence lock without fences (ThreadSanitizer does not model
+  // them): every field is stored with release, so a reader that loads a
+  // field (acquire) written in this call also sees the odd stamp before it.
+  // On x86-64 these are plain stores.
+  Slot& s = slots_[k & mask_];
+  s.stamp.store(2 * k + 1, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < f.size(); ++i) s.words[i].store(f[i], std::memory_order_release);
+  s.peer.store(static_cast<std::uint64_t>(c.peer), std::memory_order_release);
+  s.tag.store(c.has_tag ? (std::uint64_t{1} << 32) | c.tag : 0, std::memory_order_release);
+  s.start.store(flight_now(), std::memory_order_release);
+  s.status.store(running, std::memory_order_release);
+  s.stamp.store(2 * k + 2, std::memory_order_release);
+  return k;
+}
+
+[[gnu::noinline]] POLYCOLL_DETAIL_LIB_INLINE void FlightRecorder::finish(std::uint64_t k,
+                                                                        std::uint64_t status) noexcept {
+  Slot& s = slots_[k & mask_];
+  if (s.stamp.load(std::memory_order_relaxed) != 2 * k + 2) return;
+  s.end.store(flight_now(), std::memory_order_relaxed);
+  // Released: whoever reads a final status (acquire) reads this end time.
+  s.status.store(status, std::memory_order_release);
 }
 
 POLYCOLL_DETAIL_LIB_INLINE std::optional<CallRecord> FlightRecorder::read(const Slot& s) const {
