@@ -91,6 +91,12 @@ class FlightRecorder {
   /// Keeps the last min(size, max_size) calls (size > 0); allocates once, here.
   explicit FlightRecorder(std::size_t size);
 
+  /// A communicator's ring for Options::flight_record_size `size`: none for
+  /// 0. Throws std::bad_alloc.
+  static std::unique_ptr<FlightRecorder> make(std::size_t size) {
+    return size == 0 ? nullptr : std::make_unique<FlightRecorder>(size);
+  }
+
   /// Records the start of `c`; returns the ticket end() takes. In
   /// libpolycoll (with finish(), end()'s work), not inline: inlined into
   /// every call site of every (dtype, op) they made a header-only seed TU

@@ -1061,12 +1061,10 @@ Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm c
     return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
   }
   s->options = detail::with_environment(options);
-  if (s->options.flight_record_size != 0) {
-    try {
-      s->flight = std::make_unique<detail::FlightRecorder>(s->options.flight_record_size);
-    } catch (const std::bad_alloc&) {
-      return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory for the flight record"));
-    }
+  try {
+    s->flight = detail::FlightRecorder::make(s->options.flight_record_size);
+  } catch (const std::bad_alloc&) {
+    return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory for the flight record"));
   }
   int rc = MPI_SUCCESS;
   if (mode == Mode::borrow) {

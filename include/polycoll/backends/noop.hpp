@@ -48,9 +48,8 @@ class NoOp : public Communicator<NoOp> {
   /// A communicator of one rank with `options` (drop_timeout is moot: nothing
   /// waits). POLYCOLL_ON_ERROR=abort sets on_error; a constructor cannot fail,
   /// so an unrecognised value is logged (once per process) and ignored.
-  explicit NoOp(Options options) : options_(with_environment(options)) {
-    if (options_.flight_record_size != 0) flight_ = std::make_unique<detail::FlightRecorder>(options_.flight_record_size);
-  }
+  explicit NoOp(Options options)
+      : options_(with_environment(options)), flight_(detail::FlightRecorder::make(options_.flight_record_size)) {}
   /// Takes over `other`'s pending send/recv (`other` stays a usable world of one).
   /// Its flight record moves too: `other` records nothing more (also for the
   /// move assignment).

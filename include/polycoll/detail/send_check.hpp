@@ -53,17 +53,27 @@ inline std::uint64_t hash_bytes(const void* p, std::size_t bytes) noexcept {
   return h;
 }
 
+/// Makes room in `v` for `more` elements beyond its size, growing at least
+/// twofold as push_back would, so that the pushes that follow cannot throw.
+/// Throws std::bad_alloc. For the records a backend must add after it has
+/// posted work to the native library, where a failure would lose that work.
+template <class T>
+void reserve_more(std::vector<T>& v, std::size_t more) {
+  const std::size_t need = v.size() + more;
+  if (need > v.capacity()) v.reserve(std::max(need, 2 * v.capacity()));
+}
+
 /// The sends a rank posted since its last completed sync(), with their hashes.
 class SendLedger {
  public:
-  /// Records a send of `bytes` bytes at `p` (called at post time, check on).
   /// Makes room for `more` records, so that record() after a send was
   /// posted cannot throw. Throws std::bad_alloc.
   void reserve_more(std::size_t more) {
-    const std::size_t need = sends_.size() + more;
-    if (need > sends_.capacity()) sends_.reserve(std::max(need, 2 * sends_.capacity()));
+    std::lock_guard g(mutex_);
+    detail::reserve_more(sends_, more);
   }
 
+  /// Records a send of `bytes` bytes at `p` (called at post time, check on).
   void record(const CallDesc& call, const void* p, std::size_t bytes) {
     std::lock_guard g(mutex_);
     sends_.push_back({call, p, bytes, hash_bytes(p, bytes)});

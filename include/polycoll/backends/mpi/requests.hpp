@@ -8,7 +8,6 @@
 // copies of small sends are blocks recycled through a free list).
 // Internal to backends/mpi.hpp.
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -76,14 +75,12 @@ class RequestPool {
   [[nodiscard]] std::size_t size() const noexcept { return requests_.size(); }
 
   /// Makes room for `more` entries (a submission leaves at most one) before
-  /// it posts anything, so
-  /// that the adds after its MPI call cannot throw: a request MPI holds must
-  /// never be lost, with the scratch it writes freed under it. Throws
-  /// std::bad_alloc (the submission then fails before posting).
+  /// it posts anything, so that the adds after its MPI call cannot throw: a
+  /// request MPI holds must never be lost, with the scratch it writes freed
+  /// under it. Throws std::bad_alloc (the submission then fails before posting).
   void reserve_more(std::size_t more) {
-    const std::size_t need = requests_.size() + more;
-    if (need > requests_.capacity()) requests_.reserve(std::max(need, 2 * requests_.capacity()));
-    if (need > pending_.capacity()) pending_.reserve(std::max(need, 2 * pending_.capacity()));
+    detail::reserve_more(requests_, more);
+    detail::reserve_more(pending_, more);
   }
 
   /// Adds a posted request; never allocates after reserve_more() made room.

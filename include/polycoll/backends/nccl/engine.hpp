@@ -443,7 +443,7 @@ class Engine final : public StreamSyncOps {
       : device_(device), options_(options), check_(options.check_consistency || check_from_environment()) {
     pending_.reserve(max_named);
     p2p_.reserve(16);
-    if (options.flight_record_size != 0) flight_ = std::make_unique<FlightRecorder>(options.flight_record_size);
+    flight_ = FlightRecorder::make(options.flight_record_size);
   }
 
   static cudaEvent_t as_event(std::uint64_t h) noexcept {

@@ -230,7 +230,7 @@ struct World {
     for (std::size_t r = 0; r < size; ++r) {
       ranks[r].sends.reserve(16);
       ranks[r].recvs.reserve(16);
-      if (opt.flight_record_size != 0) ranks[r].flight = std::make_unique<FlightRecorder>(opt.flight_record_size);
+      ranks[r].flight = FlightRecorder::make(opt.flight_record_size);
     }
   }
 
