@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -729,6 +730,87 @@ TEST_CASE("consistency check: mismatched calls are Errc::mismatch on every rank"
   CHECK(res[0]);
   CHECK(res[1]);
   CHECK(w[0] == 3.0f);
+}
+
+// The fingerprint rides in the arrival line, in the bytes the latency path's
+// data would otherwise use: with the check on, contributions up to 40 bytes
+// stay in the line and longer ones take the scratch. Each field alone must
+// still be a mismatch on every rank, and results around the boundary right.
+TEST_CASE("consistency check: each field alone is a mismatch; results around the line's data limit are right",
+          "[threads][check]") {
+  Options o;
+  o.check_consistency = true;
+  constexpr std::size_t n = 3;
+  auto comms = make(n, o);
+  std::array<Status, n> res;
+  auto run = [&](const std::function<Status(std::size_t)>& body) {
+    std::vector<std::thread> ts;
+    for (std::size_t r = 1; r < n; ++r) ts.emplace_back([&, r] { res[r] = body(r); });
+    res[0] = body(0);
+    for (auto& t : ts) t.join();
+  };
+  std::uint64_t seq = 0;
+  auto expect = [&](const std::string& last_rank_called) {
+    for (std::size_t r = 0; r < n; ++r) {
+      REQUIRE_FALSE(res[r]);
+      INFO(res[r].error().message);
+      CHECK(res[r].error().code == Errc::mismatch);
+    }
+    INFO(res[0].error().message);
+    CHECK(res[0].error().message.find("rank 2 called #" + std::to_string(seq) + " " + last_rank_called) !=
+          std::string::npos);
+  };
+  // count, op, dtype, root, call: rank 2 differs in one of them.
+  ++seq;
+  run([&](std::size_t r) {
+    std::vector<float> v(r == 2 ? 9 : 8);
+    return comms[r].all_reduce(std::span<float>(v), polycoll::sum);
+  });
+  expect("all_reduce(count=9, dtype=f32, op=sum)");
+  ++seq;
+  run([&](std::size_t r) {
+    std::vector<float> v(8);
+    return r == 2 ? comms[r].all_reduce(std::span<float>(v), polycoll::min)
+                  : comms[r].all_reduce(std::span<float>(v), polycoll::sum);
+  });
+  expect("all_reduce(count=8, dtype=f32, op=min)");
+  ++seq;
+  run([&](std::size_t r) {
+    std::vector<std::int32_t> i(8);
+    std::vector<std::uint32_t> u(8);
+    return r == 2 ? comms[r].all_reduce(std::span<std::uint32_t>(u), polycoll::sum)
+                  : comms[r].all_reduce(std::span<std::int32_t>(i), polycoll::sum);
+  });
+  expect("all_reduce(count=8, dtype=u32, op=sum)");
+  ++seq;
+  run([&](std::size_t r) {
+    std::vector<double> v(2);
+    return comms[r].broadcast(std::span<double>(v), r == 2 ? 1 : 0);
+  });
+  expect("broadcast(count=2, dtype=f64, root=1)");
+  ++seq;
+  run([&](std::size_t r) {
+    std::vector<float> v(1);
+    return r == 2 ? comms[r].barrier() : comms[r].all_reduce(std::span<float>(v), polycoll::sum);
+  });
+  expect("barrier()");
+  // Matching calls of 1 to 20 floats (4 to 80 bytes: in the line up to 40,
+  // then the scratch) sum right, all ranks in step after the mismatches.
+  for (std::size_t count = 1; count <= 20; ++count) {
+    std::array<std::vector<float>, n> got;
+    run([&](std::size_t r) {
+      got[r].assign(count, 0.0f);
+      for (std::size_t i = 0; i < count; ++i) got[r][i] = static_cast<float>((r + 1) * (i + 1));
+      return comms[r].all_reduce(std::span<float>(got[r]), polycoll::sum);
+    });
+    for (std::size_t r = 0; r < n; ++r) {
+      REQUIRE(res[r]);
+      for (std::size_t i = 0; i < count; ++i) {
+        INFO("count " << count << " rank " << r << " element " << i);
+        CHECK(got[r][i] == static_cast<float>(6 * (i + 1)));
+      }
+    }
+  }
 }
 
 TEST_CASE("v-collectives: counts that disagree between ranks are errors, not corruption", "[threads][errors][v]") {

@@ -229,19 +229,23 @@ class Threads : public Communicator<Threads> {
 
   // Where this rank's latency-path contribution of `bytes` for the next phase goes.
   std::byte* outbox(std::size_t bytes, unsigned parity) const noexcept {
-    return bytes <= detail::threads::inline_bytes ? me().line[parity].data : world_->scratch_of(rank_, parity);
+    return bytes <= world_->inline_limit ? me().line[parity].data : world_->scratch_of(rank_, parity);
   }
   // Where peer q's contribution of `bytes` for the phase of parity `parity` is.
   const std::byte* inbox(std::size_t q, std::size_t bytes, unsigned parity) const noexcept {
-    return bytes <= detail::threads::inline_bytes ? peer(q).line[parity].data : world_->scratch_of(q, parity);
+    return bytes <= world_->inline_limit ? peer(q).line[parity].data : world_->scratch_of(q, parity);
   }
 
   // The first phase of a call. With the consistency check on, every rank then
   // compares the fingerprints (call, count, dtype, op, root, sequence number)
-  // that all ranks published, so a mismatch is Errc::mismatch on every rank
-  // instead of a hang or corrupted data. Fingerprints are double-buffered by
-  // phase parity, like the latency-path data.
+  // that all ranks published in their arrival lines, so a mismatch is
+  // Errc::mismatch on every rank instead of a hang or corrupted data.
   Status arrive(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl);
+  // The check's verdict once the packed fingerprints differed: names each
+  // rank whose call differs, from the full descriptions the ranks publish
+  // in one more phase.
+  [[gnu::cold]] Status mismatch(const detail::CallDesc& call, unsigned parity,
+                                std::optional<detail::Clock::time_point> dl);
 
   std::optional<detail::Clock::time_point> deadline() const { return detail::deadline_after(world_->options.op_timeout); }
 
@@ -418,7 +422,6 @@ POLYCOLL_DETAIL_LIB_INLINE Result<Threads::Collective> Threads::begin(detail::Ca
   std::unique_lock lock(m.submit);
   if (world_->aborted.load(std::memory_order_acquire)) return tl::unexpected(aborted_error(call));
   call.seq = ++m.seq;
-  if (world_->check) m.current[next_parity()] = call;  // read by peers after the call's first phase
   return Collective{std::move(lock), call};
 }
 
@@ -457,9 +460,32 @@ POLYCOLL_DETAIL_LIB_INLINE Status Threads::phase(const detail::CallDesc& call, s
 }
 
 POLYCOLL_DETAIL_LIB_INLINE Status Threads::arrive(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
+  if (!world_->check) return phase(call, dl);
+  // The fingerprint rides in this rank's arrival line, which every peer
+  // reads to see the phase anyway: the check adds no cache-line transfer.
   const unsigned parity = next_parity();
+  constexpr std::size_t at = detail::threads::checked_inline_bytes;
+  const detail::PackedFingerprint mine = detail::pack_fingerprint(call);
+  std::memcpy(me().line[parity].data + at, &mine, sizeof mine);
   if (auto s = phase(call, dl); !s) return s;
-  if (!world_->check) return {};
+  bool same = true;
+  for (std::size_t q = 0; q < world_->n; ++q) {
+    if (q == rank_) continue;
+    detail::PackedFingerprint theirs;
+    std::memcpy(&theirs, peer(q).line[parity].data + at, sizeof theirs);
+    same = same && theirs == mine;
+  }
+  if (same) [[likely]] return {};
+  return mismatch(call, parity, dl);
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::mismatch(const detail::CallDesc& call, unsigned parity,
+                                                      std::optional<detail::Clock::time_point> dl) {
+  // Every rank is here: if any two fingerprints differ, each rank differs
+  // from at least one of them. So one more phase is safe, and keeps the
+  // ranks in step; after it each rank reads the others' full descriptions.
+  me().current[parity] = call;
+  if (auto s = phase(call, dl); !s) return s;
   std::string diff;
   for (std::size_t q = 0; q < world_->n; ++q) {
     const detail::CallDesc& other = peer(q).current[parity];
@@ -467,7 +493,7 @@ POLYCOLL_DETAIL_LIB_INLINE Status Threads::arrive(const detail::CallDesc& call, 
       diff += detail::cat(diff.empty() ? "" : "; ", "rank ", q, " called ", detail::describe(other));
     }
   }
-  if (diff.empty()) return {};
+  if (diff.empty()) diff = "the fingerprints differ";  // unreachable: they are functions of the descriptions
   return tl::unexpected(error(Errc::mismatch, call, detail::cat("consistency check failed: ", diff)));
 }
 

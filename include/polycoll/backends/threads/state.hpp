@@ -153,6 +153,13 @@ struct alignas(64) Line {
 };
 static_assert(sizeof(Line) == 64);
 
+/// With the consistency check on, the last bytes of a line's data carry the
+/// arriving call's packed fingerprint (detail::PackedFingerprint), so peers
+/// compare fingerprints out of the line they read anyway, and contributions
+/// up to this many bytes travel in the line (more go through the scratch).
+inline constexpr std::size_t checked_inline_bytes = inline_bytes - detail::packed_fingerprint_bytes;
+static_assert(checked_inline_bytes % 8 == 0, "the fingerprint slot stays 8-byte aligned");
+
 /// Phase counters wrap; ranks are never more than two phases apart.
 constexpr bool reached(std::uint32_t v, std::uint32_t p) noexcept { return static_cast<std::int32_t>(v - p) >= 0; }
 
@@ -172,7 +179,7 @@ struct alignas(64) RankState {
   std::shared_ptr<World> split_result;
   std::size_t send_count = 0;  // all_gather_v: this rank's contribution
   VLayout send_layout;         // all_to_all_v: this rank's send blocks
-  CallDesc current[2] = {};  // the collective in progress, by its first phase's parity (checks)
+  CallDesc current[2] = {};  // a mismatched collective, by its first phase's parity (the check's message)
 
   // Owned by this rank's submitting thread (under `submit`).
   std::mutex submit;
@@ -197,6 +204,7 @@ struct World {
   std::size_t n;
   Options options;
   bool check;  // Options::check_consistency or POLYCOLL_CHECK=1
+  std::size_t inline_limit;  // bytes of data a line carries: checked_inline_bytes with the check on
   unsigned spin;
   alignas(64) std::atomic<bool> aborted{false};
   std::atomic<bool> abort_claimed{false};  // the first abort() wins and writes the cause
@@ -221,6 +229,7 @@ struct World {
       : n(size),
         options(opt),
         check(opt.check_consistency || detail::check_from_environment()),
+        inline_limit(check ? checked_inline_bytes : inline_bytes),
         spin(size <= std::max(1u, std::thread::hardware_concurrency()) ? 20000u : 200u),
         ranks(new RankState[size]),
         scratch(new std::byte[size * 2 * small_bytes]) {
