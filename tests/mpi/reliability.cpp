@@ -365,6 +365,99 @@ TEST_CASE("consistency check: count, op, dtype, root and call mismatches are Err
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Without op_timeout, 2 ranks on one node: once the first all_reduce made the
+// shared-memory window, the check travels through it (a window all_reduce
+// carries its fingerprint with its operand in one line; every other call
+// sends its fingerprint alone through the same line). Each mismatch pairs
+// one path with another, and each must be Errc::mismatch on both ranks
+// naming the other's call. No op_timeout (it would take the window out of
+// play), so a broken check hangs until meson's test timeout.
+TEST_CASE("consistency check through the 2-rank shared-memory window: every pairing of paths",
+          "[mpi][check][window]") {
+  Options o;
+  o.check_consistency = true;
+  Mpi comm = world(o);
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  if (w != 2) return;  // the window serves 2-rank communicators only
+  const bool odd = r == 1;
+  std::uint64_t seq = 0;
+  auto theirs = [&](const std::string& text) {
+    return std::string(odd ? "rank 0 called #" : "rank 1 called #") + std::to_string(seq) + " " + text;
+  };
+  // f32 counts: 10 = 40 bytes (in the line with the fingerprint), 12 = 48 and
+  // 14 = 56 bytes (in the line without the check; with it, one phase through
+  // the buffer set), 256 = 1 KiB (one phase), 16384 = 64 KiB (halves).
+  std::vector<float> a(16384 + 1), b(16384 + 1);
+  auto fill = [&] {
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(r + 1) * static_cast<float>(i % 7 + 1);
+  };
+  auto reduce = [&](std::size_t n) {
+    return comm.all_reduce(std::span<float>(a.data(), n), polycoll::sum);
+  };
+  auto right = [&](std::size_t n) {  // sum over ranks 1 and 2 of (rank + 1) * (i % 7 + 1)
+    for (std::size_t i = 0; i < n; ++i) {
+      if (a[i] != 3.0f * static_cast<float>(i % 7 + 1)) return false;
+    }
+    return true;
+  };
+  // The first window all_reduce makes the window (its check goes through MPI).
+  fill();
+  ++seq;
+  REQUIRE(reduce(16384));
+  CHECK(right(16384));
+  REQUIRE(comm.shared_window_bytes() > 0);  // one node: the window exists from here on
+  // Checked results through each window algorithm.
+  for (std::size_t n : {1, 10, 11, 12, 14, 256, 4096, 16384}) {
+    fill();
+    ++seq;
+    REQUIRE(reduce(n));
+    INFO("count " << n);
+    CHECK(right(n));
+  }
+  SECTION("in the line, op differs") {
+    ++seq;
+    const Status s = odd ? comm.all_reduce(std::span<float>(a.data(), 10), polycoll::max) : reduce(10);
+    expect_mismatch(s, "all_reduce(count=10", theirs(odd ? "all_reduce(count=10, dtype=f32, op=sum)"
+                                                         : "all_reduce(count=10, dtype=f32, op=max)"), r, w);
+  }
+  SECTION("in the line against one phase, count differs") {
+    ++seq;
+    const Status s = reduce(odd ? 14 : 10);
+    expect_mismatch(s, "all_reduce(count=", theirs(odd ? "all_reduce(count=10, dtype=f32, op=sum)"
+                                                       : "all_reduce(count=14, dtype=f32, op=sum)"), r, w);
+  }
+  SECTION("halves against a broadcast (the fingerprint alone)") {
+    ++seq;
+    const Status s = odd ? comm.broadcast(std::span<float>(a.data(), 3), 0) : reduce(16384);
+    expect_mismatch(s, odd ? "broadcast(count=3" : "all_reduce(count=16384",
+                    theirs(odd ? "all_reduce(count=16384, dtype=f32, op=sum)" : "broadcast(count=3, dtype=f32, root=0)"),
+                    r, w);
+  }
+  SECTION("a barrier against an all_reduce in the line") {
+    ++seq;
+    const Status s = odd ? comm.barrier() : reduce(1);
+    expect_mismatch(s, odd ? "barrier()" : "all_reduce(count=1",
+                    theirs(odd ? "all_reduce(count=1, dtype=f32, op=sum)" : "barrier()"), r, w);
+  }
+  SECTION("an all_reduce that would grow the window against one it carries as it is") {
+    std::vector<float> big(1 << 20);
+    ++seq;
+    const Status s = odd ? comm.all_reduce(std::span<float>(big), polycoll::sum) : reduce(256);
+    expect_mismatch(s, odd ? "all_reduce(count=1048576" : "all_reduce(count=256",
+                    theirs(odd ? "all_reduce(count=256, dtype=f32, op=sum)" : "all_reduce(count=1048576, dtype=f32, op=sum)"),
+                    r, w);
+  }
+  // After any mismatch the ranks are still in step: matching calls work,
+  // through every window algorithm.
+  for (std::size_t n : {10, 14, 16384}) {
+    fill();
+    REQUIRE(reduce(n));
+    CHECK(right(n));
+  }
+  REQUIRE(comm.barrier());
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_CASE("consistency check: POLYCOLL_CHECK=1 switches it on", "[mpi][check]") {
   ::setenv("POLYCOLL_CHECK", "1", 1);
   Mpi comm = world();

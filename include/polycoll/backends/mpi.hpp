@@ -373,24 +373,51 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   }
 
   // The consistency check (Options::check_consistency or POLYCOLL_CHECK=1):
-  // before each collective the ranks all-gather their fingerprints (call,
+  // before each collective the ranks compare their fingerprints (call,
   // count, dtype, op, root, sequence number); any difference is
   // Errc::mismatch on every rank, naming what each differing rank called,
-  // instead of a hang or corrupted data. One MPI_Allgather of 48 bytes per
-  // rank per collective (cost measured in docs/reliability.md). Lock held.
+  // instead of a hang or corrupted data. Lock held. Where the fingerprints
+  // travel:
+  // - the 2-rank shared-memory window, once it exists (the first window
+  //   all_reduce makes it), without op_timeout: a window all_reduce carries
+  //   the packed fingerprint in the line that announces its operand
+  //   (all_reduce_into), every other collective sends it alone through the
+  //   same line (PairShm::check_only), so both meet whatever each called;
+  // - otherwise one MPI_Allgather of 48 bytes per rank per collective.
+  // The window only says whether the fingerprints match: on a mismatch both
+  // ranks then all-gather the full ones for the message (mismatch_detail).
   // Inline flag test, out-of-line exchange: with the check off, a collective
   // pays one load and branch (the success Status folds away).
   Status check(const detail::CallDesc& call, const std::optional<detail::Clock::time_point>& deadline) {
     if (!state_->check) [[likely]] return {};
     return check_fingerprints(call, deadline);
   }
-  [[gnu::noinline]] Status check_fingerprints(const detail::CallDesc& call,
-                                              const std::optional<detail::Clock::time_point>& deadline) {
+  // The call as the check numbers it. Ranks that disagree about
+  // Options::reproducible would run different algorithms
+  // (backends/mpi/ordered.hpp) into a hang or wrong bits: it is part of it.
+  detail::CallDesc checked(const detail::CallDesc& call) noexcept {
     detail::CallDesc c = call;
     c.seq = ++state_->coll_seq;
-    // Ranks that disagree about Options::reproducible would run different
-    // algorithms (backends/mpi/ordered.hpp) into a hang or wrong bits.
     c.reproducible = c.has_op && state_->options.reproducible;
+    return c;
+  }
+  // The window carries the check (see above): the same answer on both ranks
+  // of a 2-rank communicator, whose window state changes only in calls both
+  // make together.
+  bool window_checks(const std::optional<detail::Clock::time_point>& deadline) const noexcept {
+    return !nonblocking && !deadline && state_->size == 2 && state_->shm.ready();
+  }
+  [[gnu::noinline]] Status check_fingerprints(const detail::CallDesc& call,
+                                              const std::optional<detail::Clock::time_point>& deadline) {
+    const detail::CallDesc c = checked(call);
+    if (window_checks(deadline) && state_->shm.check_only(detail::pack_fingerprint(c))) return {};
+    return mismatch_detail(c, deadline);
+  }
+  // All-gathers the full fingerprints and compares them: the check itself
+  // where no window carries it, the message where the window found a
+  // difference (then every rank is here, as each saw its peer differ).
+  [[gnu::noinline]] Status mismatch_detail(const detail::CallDesc& c,
+                                           const std::optional<detail::Clock::time_point>& deadline) {
     const std::size_t w = state_->size;
     auto& x = state_->xbuf;
     const detail::Fingerprint mine = detail::fingerprint(c);
@@ -436,7 +463,19 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int n = static_cast<int>(count);
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = preflight(c, dl); !s) return s;
+    // With the check on, a call that the window will carry as it is (no
+    // growth) sends its fingerprint with its operand (check() above).
+    std::optional<detail::CallDesc> rides;
+    if constexpr (pair_algorithms<D, Op>) {
+      if (state_->check && window_checks(dl) && count != 0 && bytes <= detail::mpi::shm_to_bytes &&
+          state_->shm.fits(count, sizeof(T)) && !ordered<D, Op>()) {
+        if (auto s = room(c); !s) return s;
+        rides = checked(c);
+      }
+    }
+    if (!rides) {
+      if (auto s = preflight(c, dl); !s) return s;
+    }
     if (ordered<D, Op>()) return ordered_reduce<D, Op>(c, send ? send : buf, buf, count, true, 0, dl);
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
@@ -467,7 +506,14 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             send = nullptr;  // in place from here on
           }
           if (window && state_->shm.ready()) {
-            state_->shm.template all_reduce<D, Op>(buf, count);
+            if (rides) {
+              const detail::PackedFingerprint fp = detail::pack_fingerprint(*rides);
+              if (!state_->shm.template all_reduce<D, Op>(buf, count, &fp)) [[unlikely]] {
+                return mismatch_detail(*rides, dl);
+              }
+            } else {
+              state_->shm.template all_reduce<D, Op>(buf, count);
+            }
             done = true;
           } else if (small) {
             rc = detail::mpi::exchange_allreduce_2<D, Op>(buf, count, state_->rank, state_->pair_comm);

@@ -13,8 +13,9 @@
 ///
 /// Two algorithms over the same segments, by size:
 /// - one phase (up to shm_one_phase_to_bytes): each rank copies its whole
-///   operand into its segment (up to 56 bytes into the cache line of the
-///   sequence number itself); both ranks reduce all n elements;
+///   operand into its segment (up to 56 bytes, 40 with the consistency
+///   check on, into the cache line of the sequence number itself); both
+///   ranks reduce all n elements;
 /// - halves (above): rank 0 reduces the first half and rank 1 the rest, each
 ///   reading the peer's half out of the peer's segment, then each copies the
 ///   peer's reduced half out of the peer's segment. The same bytes cross
@@ -31,6 +32,12 @@
 /// q % 2 in call q only after it saw the peer
 /// enter call q - 1, that is, after the peer finished reading that set in
 /// call q - 2, so no call waits for the peer to finish reading.
+///
+/// With the consistency check on, every call of the communicator announces
+/// itself in the line of its sequence number with its packed fingerprint
+/// (arrive_checked): a window all_reduce with its operand, any other
+/// collective through check_only; so both ranks meet in one line and
+/// compare fingerprints before anything else, whatever each called.
 ///
 /// Both ranks take this path in the same calls: the choice depends on the
 /// communicator size, the count and dtype, op_timeout and the completion
@@ -54,6 +61,7 @@
 
 #include <polycoll/backends/mpi/halving.hpp>
 #include <polycoll/backends/mpi/process.hpp>
+#include <polycoll/detail/call.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/reduce_op.hpp>
 
@@ -77,6 +85,11 @@ inline constexpr std::size_t shm_one_phase_to_bytes = 16 * 1024;
 /// its sequence number: one line crosses between the cores per call and
 /// direction, instead of the counter's line and then the data's.
 inline constexpr std::size_t shm_inline_bytes = 56;
+
+/// With the consistency check on, the last bytes of a line's data carry the
+/// call's packed fingerprint, and operands up to this many bytes travel in
+/// the line.
+inline constexpr std::size_t shm_checked_inline_bytes = shm_inline_bytes - packed_fingerprint_bytes;
 
 /// A sequence number and the operand of one call, in one cache line.
 struct ShmLine {
@@ -146,6 +159,11 @@ class PairShm {
   }
 
   [[nodiscard]] bool ready() const noexcept { return state_ == State::ready; }
+  /// True when the window is ready and holds a message of `count` elements
+  /// of `elem_size` bytes without growing (ensure() would do nothing).
+  [[nodiscard]] bool fits(std::size_t count, std::size_t elem_size) const noexcept {
+    return state_ == State::ready && set_bytes_for(count, elem_size) <= set_bytes_;
+  }
   [[nodiscard]] std::size_t segment_bytes() const noexcept {
     return state_ == State::ready ? header + 2 * set_bytes_ + 64 : 0;
   }
@@ -153,15 +171,29 @@ class PairShm {
   /// In-place all_reduce of `count` (> 0) elements of D (bytes <= the size
   /// given to ensure()), reducing through user_fn<D, Op> (Avg: the Sum step
   /// only, the caller divides). Blocks until the result is in `buf`.
+  /// With `fp` (the consistency check on), the call's packed fingerprint
+  /// travels in the line that announces its arrival: when the peer's
+  /// differs, it returns false at once, before touching `buf` (the peer
+  /// returns false too, in whatever call it made).
   template <DType D, ReduceOp Op>
-  void all_reduce(void* buf, std::size_t count) noexcept {
-    if (count * size_of(D) <= shm_inline_bytes) {
-      in_line<D, Op>(static_cast<std::byte*>(buf), count);
-    } else if (count * size_of(D) <= shm_one_phase_to_bytes) {
-      one_phase<D, Op>(static_cast<std::byte*>(buf), count);
+  bool all_reduce(void* buf, std::size_t count, const PackedFingerprint* fp = nullptr) noexcept {
+    const std::size_t bytes = count * size_of(D);
+    if (bytes <= (fp ? shm_checked_inline_bytes : shm_inline_bytes)) {
+      return in_line<D, Op>(static_cast<std::byte*>(buf), count, fp);
+    } else if (bytes <= shm_one_phase_to_bytes) {
+      return one_phase<D, Op>(static_cast<std::byte*>(buf), count, fp);
     } else {
-      halves<D, Op>(static_cast<std::byte*>(buf), count);
+      return halves<D, Op>(static_cast<std::byte*>(buf), count, fp);
     }
+  }
+
+  /// The consistency check of a call that moves nothing through the window
+  /// (every collective but a window all_reduce, with the check on): the
+  /// fingerprint alone, in the line of the next sequence number. True when
+  /// the peer's matches. Blocks until the peer arrives, like all_reduce.
+  bool check_only(const PackedFingerprint& fp) noexcept {
+    const std::uint64_t q = ++seq_;
+    return arrive_checked(q, fp);
   }
 
   /// Frees the window, collectively with the peer, if the peer comes to free
@@ -303,15 +335,35 @@ class PairShm {
 
   // The one-phase algorithm with the operand in the line of its sequence
   // number (line q % 2, reused two calls later like the buffer sets).
+  // With the check on, every call announces its arrival in line q % 2, with
+  // its fingerprint in the line's last bytes (data written before it, in the
+  // line or in buffer set q % 2, is published by the same release store), and
+  // waits for the peer's line; so a window all_reduce and a check_only of the
+  // peer meet, whatever the peer called. True when the fingerprints match.
+  bool arrive_checked(std::uint64_t q, const PackedFingerprint& fp) noexcept {
+    ShmLine& mine = control(mine_).lines[q & 1];
+    const ShmLine& peer = control(peer_).lines[q & 1];
+    std::memcpy(mine.data + shm_checked_inline_bytes, &fp, sizeof fp);
+    mine.seq.store(q, std::memory_order_release);
+    wait_for(peer.seq, q);
+    PackedFingerprint theirs;
+    std::memcpy(&theirs, peer.data + shm_checked_inline_bytes, sizeof theirs);
+    return theirs == fp;
+  }
+
   template <DType D, ReduceOp Op>
-  void in_line(std::byte* buf, std::size_t count) noexcept {
+  bool in_line(std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
     const std::size_t bytes = count * size_of(D);
     const std::uint64_t q = ++seq_;
     ShmLine& mine = control(mine_).lines[q & 1];
     ShmLine& peer = control(peer_).lines[q & 1];
     std::memcpy(mine.data, buf, bytes);
-    mine.seq.store(q, std::memory_order_release);
-    wait_for(peer.seq, q);
+    if (fp) {
+      if (!arrive_checked(q, *fp)) return false;
+    } else {
+      mine.seq.store(q, std::memory_order_release);
+      wait_for(peer.seq, q);
+    }
     alignas(64) std::byte theirs[shm_inline_bytes];
     std::memcpy(theirs, peer.data, bytes);
     int len = static_cast<int>(count);
@@ -321,17 +373,26 @@ class PairShm {
       user_fn<D, Op>(buf, theirs, &len, nullptr);
       std::memcpy(buf, theirs, bytes);
     }
+    return true;
+  }
+
+  // The operand is in buffer set q % 2: announced by `posted`, or with the
+  // check on by the line of q (arrive_checked).
+  bool post(std::uint64_t q, const PackedFingerprint* fp) noexcept {
+    if (fp) return arrive_checked(q, *fp);
+    control(mine_).posted.store(q, std::memory_order_release);
+    wait_for(control(peer_).posted, q);
+    return true;
   }
 
   template <DType D, ReduceOp Op>
-  void one_phase(std::byte* buf, std::size_t count) noexcept {
+  bool one_phase(std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
     const std::size_t bytes = count * size_of(D);
     const std::uint64_t q = ++seq_;
     std::byte* const my_set = mine_ + header + (q & 1) * set_bytes_;
     std::byte* const peer_set = peer_ + header + (q & 1) * set_bytes_;
     std::memcpy(my_set, buf, bytes);
-    control(mine_).posted.store(q, std::memory_order_release);
-    wait_for(control(peer_).posted, q);
+    if (!post(q, fp)) return false;
     int len = static_cast<int>(count);
     if (rank_ == 0) {
       user_fn<D, Op>(peer_set, buf, &len, nullptr);
@@ -339,10 +400,11 @@ class PairShm {
       std::memcpy(buf, peer_set, bytes);
       user_fn<D, Op>(my_set, buf, &len, nullptr);
     }
+    return true;
   }
 
   template <DType D, ReduceOp Op>
-  void halves(std::byte* buf, std::size_t count) noexcept {
+  bool halves(std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
     constexpr std::size_t es = size_of(D);
     const auto [mine, mine_n, other, other_n] = halves_of(count, rank_);
     const std::size_t slot = set_bytes_ / 2;
@@ -353,8 +415,7 @@ class PairShm {
     std::byte* const peer_out = peer_in + slot;
     // The peer's operand for the half it reduces.
     std::memcpy(my_in, buf + other * es, other_n * es);
-    control(mine_).posted.store(q, std::memory_order_release);
-    wait_for(control(peer_).posted, q);
+    if (!post(q, fp)) return false;
     int len = static_cast<int>(mine_n);
     if (rank_ == 0) {
       // in = rank 1's operand (the peer's slot), inout = this rank's.
@@ -369,6 +430,7 @@ class PairShm {
     control(mine_).reduced.store(q, std::memory_order_release);
     wait_for(control(peer_).reduced, q);
     std::memcpy(buf + other * es, peer_out, other_n * es);
+    return true;
   }
 
   MPI_Win win_ = MPI_WIN_NULL;
