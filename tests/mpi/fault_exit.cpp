@@ -27,8 +27,10 @@ void expect(bool ok, const char* what, const std::string& detail = {}) {
   }
 }
 
+// Counts the warnings that name dropped operations; the one that says the
+// status board is left to MPI_Finalize (its peers are gone) may come too.
 void capture(polycoll::LogLevel, std::string_view m) noexcept {
-  ++logged;
+  if (m.find("dropped: ") != std::string_view::npos) ++logged;
   std::printf("logged: %.*s\n", static_cast<int>(m.size()), m.data());
 }
 

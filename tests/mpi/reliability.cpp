@@ -8,6 +8,7 @@
 
 #include <polycoll/backends/mpi.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -227,6 +228,59 @@ TEST_CASE("op_timeout: split and barrier with a late peer time out on time", "[m
   }
 }
 
+// The status board (backends/mpi/board.hpp): the last rank stalls in a
+// receive on another communicator after collective #2; the others' #3 times
+// out, and its message names the last rank as not arrived, with the last
+// collective it entered here. Every rank of this run is on one node.
+TEST_CASE("op_timeout: the timeout names the ranks that have not arrived and what each entered last",
+          "[mpi][timeout][fault][board]") {
+  Options o;
+  o.op_timeout = timeout;
+  o.drop_timeout = 2000ms;
+  Mpi comm = world(o);
+  Mpi side = world();
+  const std::size_t w = comm.world_size(), r = comm.rank();
+  if (w < 2) {
+    WARN("needs two ranks");
+    return;
+  }
+  std::array<float, 4> v{};
+  v.fill(1.0f);
+  REQUIRE(comm.broadcast(std::span<float>(v), 0));    // #1
+  REQUIRE(comm.all_reduce(v, polycoll::max));         // #2
+  const std::size_t late = w - 1;
+  if (r == late) {
+    // Stalls in another call, on another communicator, until rank 0 sends.
+    std::array<int, 1> go{};
+    REQUIRE(side.recv(std::span<int>(go), 0, 7));
+    REQUIRE(side.sync());
+    v.fill(1.0f);
+    REQUIRE(comm.all_reduce(v, polycoll::sum));  // #3, late: the others' posted ones complete
+  } else {
+    v.fill(1.0f);
+    const Status s = comm.all_reduce(v, polycoll::sum);  // #3
+    REQUIRE_FALSE(s);
+    INFO(s.error().message);
+    CHECK(s.error().code == Errc::timeout);
+    const std::string l = std::to_string(late);
+    CHECK(contains(s.error().message, "rank(s) " + l + " have not entered this collective (#3 on this communicator)"));
+    CHECK(contains(s.error().message, "rank " + l + "'s last collective: #2 all_reduce"));
+    // The ranks that did arrive are not named.
+    for (std::size_t q = 0; q + 1 < w; ++q) {
+      CHECK_FALSE(contains(s.error().message, "rank " + std::to_string(q) + "'s last collective"));
+    }
+    if (r == 0) {
+      std::array<int, 1> go{1};
+      REQUIRE(side.send(std::span<const int>(go), late, 7));
+      REQUIRE(side.sync());
+    }
+    REQUIRE(sync_until_done(comm));
+  }
+  CHECK(v[3] == static_cast<float>(w));
+  // Every rank here before the communicators go: the board is freed together.
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_CASE("a rank that skips the last collective of a loop: the others time out naming it", "[mpi][timeout][fault]") {
   Options o;
   o.op_timeout = timeout;
@@ -405,7 +459,13 @@ TEST_CASE("consistency check through the 2-rank shared-memory window: every pair
   ++seq;
   REQUIRE(reduce(16384));
   CHECK(right(16384));
-  REQUIRE(comm.shared_window_bytes() > 0);  // one node: the window exists from here on
+  if (comm.shared_window_bytes() == 0) {
+    // Ranks on different nodes, or an MPI without a unified shared window:
+    // the check all-gathers, which the case above covers.
+    WARN("no shared-memory window between the 2 ranks: nothing to check here");
+    MPI_Barrier(MPI_COMM_WORLD);
+    return;
+  }
   // Checked results through each window algorithm.
   for (std::size_t n : {1, 10, 11, 12, 14, 256, 4096, 16384}) {
     fill();
@@ -438,6 +498,41 @@ TEST_CASE("consistency check through the 2-rank shared-memory window: every pair
     const Status s = odd ? comm.barrier() : reduce(1);
     expect_mismatch(s, odd ? "barrier()" : "all_reduce(count=1",
                     theirs(odd ? "all_reduce(count=1, dtype=f32, op=sum)" : "barrier()"), r, w);
+  }
+  SECTION("fingerprints alone on both sides: broadcast roots, barrier against reduce, empty all_reduce") {
+    ++seq;
+    const Status s1 = comm.broadcast(std::span<float>(a.data(), 3), odd ? 1 : 0);
+    expect_mismatch(s1, "broadcast(count=3", theirs(odd ? "broadcast(count=3, dtype=f32, root=0)"
+                                                        : "broadcast(count=3, dtype=f32, root=1)"), r, w);
+    ++seq;  // a second mismatch right after the first
+    const Status s2 = odd ? comm.barrier() : comm.reduce(std::span<const float>(a.data(), 4), std::span<float>(b.data(), 4),
+                                                         polycoll::sum, 0);
+    expect_mismatch(s2, odd ? "barrier()" : "reduce(count=4",
+                    theirs(odd ? "reduce(count=4, dtype=f32, op=sum, root=0)" : "barrier()"), r, w);
+    ++seq;  // count 0 takes no window algorithm: its fingerprint goes alone, against one in the line
+    const Status s3 = reduce(odd ? 0 : 1);
+    expect_mismatch(s3, "all_reduce(count=", theirs(odd ? "all_reduce(count=1, dtype=f32, op=sum)"
+                                                        : "all_reduce(count=0, dtype=f32, op=sum)"), r, w);
+  }
+  SECTION("out of place: a mismatch leaves recv untouched") {
+    ++seq;
+    std::vector<float> recv(256, -7.0f);
+    fill();
+    const Status s = comm.all_reduce(std::span<const float>(a.data(), odd ? 256 : 255),
+                                     std::span<float>(recv.data(), odd ? 256 : 255), polycoll::sum);
+    expect_mismatch(s, "all_reduce(count=", theirs(odd ? "all_reduce(count=255, dtype=f32, op=sum)"
+                                                       : "all_reduce(count=256, dtype=f32, op=sum)"), r, w);
+    CHECK(std::all_of(recv.begin(), recv.end(), [](float x) { return x == -7.0f; }));
+    // And a matching one reduces into recv, leaving send alone, through each algorithm.
+    for (std::size_t n : {10, 256, 16384}) {
+      std::vector<float> out(n, -7.0f);
+      fill();
+      REQUIRE(comm.all_reduce(std::span<const float>(a.data(), n), std::span<float>(out), polycoll::sum));
+      CHECK(a[n - 1] == static_cast<float>(r + 1) * static_cast<float>((n - 1) % 7 + 1));
+      std::copy(out.begin(), out.end(), a.begin());
+      INFO("count " << n);
+      CHECK(right(n));
+    }
   }
   SECTION("an all_reduce that would grow the window against one it carries as it is") {
     std::vector<float> big(1 << 20);

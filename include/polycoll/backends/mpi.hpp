@@ -314,8 +314,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     state_->pool.add(req, c, dt, f, std::move(scratch));
     return tl::unexpected(this->error(
         Errc::timeout, c,
-        detail::cat("timed out after ", state_->options.op_timeout->count(), " ms (did every rank make this call?); "
-                    "pending: ", pending_text(), "; the collective stays posted (MPI cannot cancel one): its buffers "
+        detail::cat("timed out after ", state_->options.op_timeout->count(), " ms (did every rank make this call?)",
+                    missing_text(), "; pending: ", pending_text(),
+                    "; the collective stays posted (MPI cannot cancel one): its buffers "
                     "must stay valid until a later sync() completes it")));
   }
 
@@ -373,11 +374,47 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     }
   }
 
-  // What a collective does under the lock before it posts: room, then the
-  // consistency check.
+  // What a collective does under the lock before it posts: count it (and
+  // publish it on the status board), room, then the consistency check.
   Status preflight(const detail::CallDesc& c, const std::optional<detail::Clock::time_point>& deadline) {
+    entering(c);
     if (auto s = room(c); !s) return s;
     return check(c, deadline);
+  }
+  void entering(const detail::CallDesc& c) noexcept {
+    ++state_->collectives;
+    state_->board.enter(state_->collectives, c.call);
+  }
+
+  // The status board's account of a collective that timed out: which ranks
+  // of this node have not entered it yet, and what each of them entered
+  // last; ranks on other nodes are not visible. Empty without a board.
+  std::string missing_text() const {
+    const auto& b = state_->board;
+    if (!b.ready()) return {};
+    const std::uint64_t here = state_->collectives;
+    std::string missing, doing, elsewhere;
+    for (std::size_t q = 0; q < state_->size; ++q) {
+      if (q == state_->rank) continue;
+      const auto e = b.entered(q);
+      if (!e) {
+        elsewhere += detail::cat(elsewhere.empty() ? "" : ", ", q);
+      } else if (e->number < here) {
+        missing += detail::cat(missing.empty() ? "" : ", ", q);
+        doing += e->number == 0 ? detail::cat("; rank ", q, " has entered no collective yet")
+                                : detail::cat("; rank ", q, "'s last collective: #", e->number, " ",
+                                              detail::call_names[static_cast<std::size_t>(e->call)]);
+      }
+    }
+    std::string t;
+    if (!missing.empty()) {
+      t = detail::cat("; rank(s) ", missing, " have not entered this collective (#", here, " on this communicator)",
+                      doing);
+    } else if (elsewhere.empty()) {
+      t = detail::cat("; every rank has entered this collective (#", here, " on this communicator)");
+    }
+    if (!elsewhere.empty()) t += detail::cat("; rank(s) ", elsewhere, " are on other nodes (not visible)");
+    return t;
   }
 
   // The consistency check (Options::check_consistency or POLYCOLL_CHECK=1):
@@ -418,21 +455,27 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   [[gnu::noinline]] Status check_fingerprints(const detail::CallDesc& call,
                                               const std::optional<detail::Clock::time_point>& deadline) {
     const detail::CallDesc c = checked(call);
-    if (window_checks(deadline) && state_->shm.check_only(detail::pack_fingerprint(c))) return {};
-    return mismatch_detail(c, deadline);
+    const bool window = window_checks(deadline);
+    if (window && state_->shm.check_only(detail::pack_fingerprint(c))) return {};
+    return mismatch_detail(c, deadline, window);
   }
   // All-gathers the full fingerprints and compares them: the check itself
   // where no window carries it, the message where the window found a
-  // difference (then every rank is here, as each saw its peer differ).
+  // difference (`differed`: then every rank is here, as each saw its peer
+  // differ, and the call fails even if the full fingerprints agreed).
   [[gnu::noinline]] Status mismatch_detail(const detail::CallDesc& c,
-                                           const std::optional<detail::Clock::time_point>& deadline) {
+                                           const std::optional<detail::Clock::time_point>& deadline,
+                                           bool differed = false) {
     const std::size_t w = state_->size;
     auto& x = state_->xbuf;
     const detail::Fingerprint mine = detail::fingerprint(c);
     std::copy(mine.begin(), mine.end(), x.begin() + static_cast<std::ptrdiff_t>(fp_words * w));
     if (auto s = exchange(c, fp_words, deadline); !s) return s;
-    const std::string diff = detail::fingerprint_diff(x.data(), w, c);
-    if (diff.empty()) return {};
+    std::string diff = detail::fingerprint_diff(x.data(), w, c);
+    if (diff.empty()) {
+      if (!differed) return {};
+      diff = "the fingerprints differ";  // unreachable: the packed ones are functions of the full ones
+    }
     return tl::unexpected(this->error(Errc::mismatch, c, detail::cat("consistency check failed: ", diff)));
   }
 
@@ -477,6 +520,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if constexpr (pair_algorithms<D, Op>) {
       if (state_->check && window_checks(dl) && count != 0 && bytes <= detail::mpi::shm_to_bytes &&
           state_->shm.fits(count, sizeof(T)) && !ordered<D, Op>()) {
+        entering(c);
         if (auto s = room(c); !s) return s;
         rides = checked(c);
       }
@@ -509,19 +553,25 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
               return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (2-rank all_reduce window)");
             }
           }
-          if (send && (small || large || (window && state_->shm.ready()))) {
+          const bool via_window = window && state_->shm.ready();
+          if (send && (small || large) && !via_window) {
             std::memcpy(static_cast<void*>(buf), static_cast<const void*>(send), bytes);
             send = nullptr;  // in place from here on
           }
-          if (window && state_->shm.ready()) {
+          if (via_window) {
+            // The window reads the operand from `send` and copies it into
+            // `buf` only once the fingerprints matched: a mismatch leaves
+            // `buf` as it was, as the all-gathered check does.
+            const void* const operand = send ? static_cast<const void*>(send) : buf;
             if (rides) {
               const detail::PackedFingerprint fp = detail::pack_fingerprint(*rides);
-              if (!state_->shm.template all_reduce<D, Op>(buf, count, &fp)) [[unlikely]] {
-                return mismatch_detail(*rides, dl);
+              if (!state_->shm.template all_reduce<D, Op>(operand, buf, count, &fp)) [[unlikely]] {
+                return mismatch_detail(*rides, dl, true);
               }
             } else {
-              state_->shm.template all_reduce<D, Op>(buf, count);
+              state_->shm.template all_reduce<D, Op>(operand, buf, count);
             }
+            send = nullptr;
             done = true;
           } else if (small) {
             rc = detail::mpi::exchange_allreduce_2<D, Op>(buf, count, state_->rank, state_->pair_comm);
@@ -1033,8 +1083,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   // sync()'s and barrier()'s completion of everything posted before it,
   // bounded by op_timeout. Lock held (released while polling).
+  // `collective`: the caller (barrier) posted its own collective last, so a
+  // timeout's message says who has not entered it (missing_text).
   Status complete(const detail::CallDesc& c, Guard& guard,
-                  const std::optional<detail::Clock::time_point>& dl) {
+                  const std::optional<detail::Clock::time_point>& dl, bool collective = false) {
     std::optional<Error> first = std::exchange(state_->deferred, std::nullopt);
     bool done = true;
     if (!state_->pool.empty()) done = drain(dl, state_->seq, guard, first);
@@ -1057,7 +1109,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (!done) {
       return tl::unexpected(this->error(
           Errc::timeout, c,
-          detail::cat("timed out after ", state_->options.op_timeout->count(), " ms; pending: ", pending_text(),
+          detail::cat("timed out after ", state_->options.op_timeout->count(), " ms",
+                      collective ? missing_text() : std::string(), "; pending: ", pending_text(),
                       "; they stay posted: a later sync() can still complete them")));
     }
     return {};
@@ -1177,6 +1230,10 @@ Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm c
       return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
     }
   }
+  // The status board, with op_timeout (its only reader is a timeout), where
+  // making the communicator is collective anyway; a board that cannot be
+  // made only leaves the timeout's message without it.
+  if (s->options.op_timeout && mode != Mode::borrow) (void)s->board.create(s->comm);
   return BasicMpi(std::move(s));
 }
 
@@ -1275,7 +1332,7 @@ Status BasicMpi<Policies>::barrier_impl() {
   const int rc = MPI_Ibarrier(state_->comm, &req);
   if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ibarrier");
   state_->pool.add(req, numbered(c), MPI_DATATYPE_NULL);
-  return complete(c, guard, dl);
+  return complete(c, guard, dl, true);
 }
 
 template <class Policies>
@@ -1338,13 +1395,21 @@ void BasicMpi<Policies>::release() noexcept {
   try {
     const bool usable = detail::mpi::mpi_usable();
     auto guard = lock();
+    // One bound for everything the destruction may wait for (the drop
+    // contract): the pending operations, then the status board's agreement,
+    // each with what is left of it.
+    const auto until = detail::Clock::now() + s.options.drop_timeout;
+    const auto left = [&until] {
+      const auto now = detail::Clock::now();
+      return now >= until ? std::chrono::milliseconds(0) : std::chrono::ceil<std::chrono::milliseconds>(until - now);
+    };
     if (!s.pool.empty() && !usable) {
       log(LogLevel::warning, detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed after "
                                          "MPI_Finalize with ", s.pool.size(), " pending operation(s): ",
                                          pending_text(), "; nothing can be released"));
     } else if (!s.pool.empty()) {
       std::optional<Error> ignored;  // errors of operations nobody waits for any more
-      (void)drain(detail::Clock::now() + s.options.drop_timeout, s.seq, guard, ignored);
+      (void)drain(until, s.seq, guard, ignored);
       if (!s.pool.empty()) {
         const std::string names = pending_text();
         std::size_t leaked = 0;
@@ -1372,7 +1437,13 @@ void BasicMpi<Policies>::release() noexcept {
       s.pool.clear();
     }
     if (usable) {
-      if (!s.shm.release(s.options.drop_timeout)) {
+      if (!s.board.release(left())) {
+        log(LogLevel::warning,
+            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: the ranks on its node did "
+                        "not meet within drop_timeout (", s.options.drop_timeout.count(),
+                        " ms) to free its status board together; the board is left to MPI_Finalize"));
+      }
+      if (!s.shm.release(left())) {
         log(LogLevel::warning,
             detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: it and its peer did not "
                         "meet within drop_timeout (", s.options.drop_timeout.count(),

@@ -72,11 +72,12 @@ struct ProcessState {
   std::array<std::atomic<bool>, op_slots> ready{};
   std::array<MPI_Op, op_slots> ops{};
   SubmitLock serial;  // every MPI call, when the thread level is below MPI_THREAD_MULTIPLE
-  // The 2-rank shared-memory windows not yet freed (backends/mpi/shm.hpp), by
+  // The shared-memory windows not yet freed (the 2-rank all_reduce's,
+  // backends/mpi/shm.hpp, and the status boards, backends/mpi/board.hpp), by
   // id in creation order: those of communicators still alive at MPI_Finalize,
-  // and those whose two ranks did not meet at destruction. Both ranks of a
-  // window hold it here or neither does, so the finalize hook frees them all
-  // collectively, in the order both ranks created them.
+  // and those whose ranks did not meet at destruction. Every rank of a
+  // window holds it here or none does, so the finalize hook frees them all
+  // collectively, in the order the ranks created them.
   std::uint64_t next_window = 0;
   std::vector<std::pair<std::uint64_t, MPI_Win>> windows;
 };

@@ -25,6 +25,8 @@
 /// and the same as the point-to-point exchange of halving.hpp.
 ///
 /// Synchronisation is two monotonic counters per rank in its own segment
+/// (with the consistency check on, the sequence number of the line replaces
+/// the first: see below)
 /// (C++ atomics, acquire/release; the window must report MPI_WIN_UNIFIED, as
 /// MPICH's and Open MPI's shared windows do, or the path is not used). Each
 /// segment holds two buffer sets, used by calls of odd and even sequence
@@ -101,7 +103,7 @@ static_assert(sizeof(ShmLine) == 64);
 /// One rank's control block, at the start of its segment. Each counter on its
 /// own cache line: the peer polls one while this rank writes the other.
 struct ShmControl {
-  alignas(64) std::atomic<std::uint64_t> posted{0};   // last call whose operand is in this segment
+  alignas(64) std::atomic<std::uint64_t> posted{0};   // last call whose operand is in this segment (check off)
   alignas(64) std::atomic<std::uint64_t> reduced{0};  // last call whose reduced half is in this segment
   alignas(64) std::atomic<std::uint32_t> closing{0};  // teardown agreement (rank 0's block only)
   ShmLine lines[2];                                   // tiny operands, by call parity
@@ -175,15 +177,19 @@ class PairShm {
   /// travels in the line that announces its arrival: when the peer's
   /// differs, it returns false at once, before touching `buf` (the peer
   /// returns false too, in whatever call it made).
+  /// The operand is read from `src` (`buf` itself, or a disjoint array),
+  /// which is copied into `buf` only after the fingerprints matched.
   template <DType D, ReduceOp Op>
-  bool all_reduce(void* buf, std::size_t count, const PackedFingerprint* fp = nullptr) noexcept {
+  bool all_reduce(const void* src, void* buf, std::size_t count, const PackedFingerprint* fp = nullptr) noexcept {
     const std::size_t bytes = count * size_of(D);
+    const auto* from = static_cast<const std::byte*>(src);
+    auto* to = static_cast<std::byte*>(buf);
     if (bytes <= (fp ? shm_checked_inline_bytes : shm_inline_bytes)) {
-      return in_line<D, Op>(static_cast<std::byte*>(buf), count, fp);
+      return in_line<D, Op>(from, to, count, fp);
     } else if (bytes <= shm_one_phase_to_bytes) {
-      return one_phase<D, Op>(static_cast<std::byte*>(buf), count, fp);
+      return one_phase<D, Op>(from, to, count, fp);
     } else {
-      return halves<D, Op>(static_cast<std::byte*>(buf), count, fp);
+      return halves<D, Op>(from, to, count, fp);
     }
   }
 
@@ -351,19 +357,25 @@ class PairShm {
     return theirs == fp;
   }
 
+  // `buf` takes the operand from `src` (when they differ), after the arrival.
+  static void take(const std::byte* src, std::byte* buf, std::size_t bytes) noexcept {
+    if (src != buf) std::memcpy(buf, src, bytes);
+  }
+
   template <DType D, ReduceOp Op>
-  bool in_line(std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
+  bool in_line(const std::byte* src, std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
     const std::size_t bytes = count * size_of(D);
     const std::uint64_t q = ++seq_;
     ShmLine& mine = control(mine_).lines[q & 1];
     ShmLine& peer = control(peer_).lines[q & 1];
-    std::memcpy(mine.data, buf, bytes);
+    std::memcpy(mine.data, src, bytes);
     if (fp) {
       if (!arrive_checked(q, *fp)) return false;
     } else {
       mine.seq.store(q, std::memory_order_release);
       wait_for(peer.seq, q);
     }
+    take(src, buf, bytes);
     alignas(64) std::byte theirs[shm_inline_bytes];
     std::memcpy(theirs, peer.data, bytes);
     int len = static_cast<int>(count);
@@ -386,15 +398,16 @@ class PairShm {
   }
 
   template <DType D, ReduceOp Op>
-  bool one_phase(std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
+  bool one_phase(const std::byte* src, std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
     const std::size_t bytes = count * size_of(D);
     const std::uint64_t q = ++seq_;
     std::byte* const my_set = mine_ + header + (q & 1) * set_bytes_;
     std::byte* const peer_set = peer_ + header + (q & 1) * set_bytes_;
-    std::memcpy(my_set, buf, bytes);
+    std::memcpy(my_set, src, bytes);
     if (!post(q, fp)) return false;
     int len = static_cast<int>(count);
     if (rank_ == 0) {
+      take(src, buf, bytes);
       user_fn<D, Op>(peer_set, buf, &len, nullptr);
     } else {
       std::memcpy(buf, peer_set, bytes);
@@ -404,7 +417,7 @@ class PairShm {
   }
 
   template <DType D, ReduceOp Op>
-  bool halves(std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
+  bool halves(const std::byte* src, std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
     constexpr std::size_t es = size_of(D);
     const auto [mine, mine_n, other, other_n] = halves_of(count, rank_);
     const std::size_t slot = set_bytes_ / 2;
@@ -414,8 +427,9 @@ class PairShm {
     std::byte* const peer_in = peer_ + header + (q & 1) * set_bytes_;
     std::byte* const peer_out = peer_in + slot;
     // The peer's operand for the half it reduces.
-    std::memcpy(my_in, buf + other * es, other_n * es);
+    std::memcpy(my_in, src + other * es, other_n * es);
     if (!post(q, fp)) return false;
+    take(src + mine * es, buf + mine * es, mine_n * es);  // this rank's half; the other comes from the peer
     int len = static_cast<int>(mine_n);
     if (rank_ == 0) {
       // in = rank 1's operand (the peer's slot), inout = this rank's.

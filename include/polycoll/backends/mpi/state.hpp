@@ -11,6 +11,7 @@
 
 #include <mpi.h>
 
+#include <polycoll/backends/mpi/board.hpp>
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/requests.hpp>
 #include <polycoll/backends/mpi/shm.hpp>
@@ -64,6 +65,11 @@ struct CommState {
   std::vector<std::byte> ordered_scratch;
   // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
   PairShm shm;
+  // With op_timeout: what each rank on this node entered last, for the
+  // timeout's message (backends/mpi/board.hpp), and this rank's collectives
+  // so far (the number it publishes there).
+  StatusBoard board;
+  std::uint64_t collectives = 0;
   // This communicator's last calls (Options::flight_record_size; null when 0).
   std::unique_ptr<FlightRecorder> flight;
 };
