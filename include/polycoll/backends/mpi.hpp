@@ -393,27 +393,36 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const auto& b = state_->board;
     if (!b.ready()) return {};
     const std::uint64_t here = state_->collectives;
-    std::string missing, doing, elsewhere;
+    const auto mine = b.entered(state_->rank);
+    std::string missing, doing, other;
+    std::size_t elsewhere = 0;
+    auto name = [](const detail::mpi::StatusBoard::Entered& e) {
+      return detail::cat("#", e.number, " ", detail::call_names[static_cast<std::size_t>(e.call)]);
+    };
     for (std::size_t q = 0; q < state_->size; ++q) {
       if (q == state_->rank) continue;
       const auto e = b.entered(q);
       if (!e) {
-        elsewhere += detail::cat(elsewhere.empty() ? "" : ", ", q);
+        ++elsewhere;
       } else if (e->number < here) {
         missing += detail::cat(missing.empty() ? "" : ", ", q);
         doing += e->number == 0 ? detail::cat("; rank ", q, " has entered no collective yet")
-                                : detail::cat("; rank ", q, "'s last collective: #", e->number, " ",
-                                              detail::call_names[static_cast<std::size_t>(e->call)]);
+                                : detail::cat("; rank ", q, "'s last collective: ", name(*e));
+      } else if (e->number > here || (mine && e->call != mine->call)) {
+        // Numbered alike but another call, or further on: not this collective either.
+        other += detail::cat("; rank ", q, " is in ", name(*e), " instead");
       }
     }
     std::string t;
     if (!missing.empty()) {
       t = detail::cat("; rank(s) ", missing, " have not entered this collective (#", here, " on this communicator)",
                       doing);
-    } else if (elsewhere.empty()) {
+    }
+    t += other;
+    if (missing.empty() && other.empty() && elsewhere == 0) {
       t = detail::cat("; every rank has entered this collective (#", here, " on this communicator)");
     }
-    if (!elsewhere.empty()) t += detail::cat("; rank(s) ", elsewhere, " are on other nodes (not visible)");
+    if (elsewhere != 0) t += detail::cat("; ", elsewhere, " rank(s) on other nodes are not visible");
     return t;
   }
 
@@ -1396,8 +1405,8 @@ void BasicMpi<Policies>::release() noexcept {
     const bool usable = detail::mpi::mpi_usable();
     auto guard = lock();
     // One bound for everything the destruction may wait for (the drop
-    // contract): the pending operations, then the status board's agreement,
-    // each with what is left of it.
+    // contract): the pending operations, the status board's agreement (at
+    // most board_meet) and the 2-rank window's, each with what is left of it.
     const auto until = detail::Clock::now() + s.options.drop_timeout;
     const auto left = [&until] {
       const auto now = detail::Clock::now();
@@ -1437,12 +1446,9 @@ void BasicMpi<Policies>::release() noexcept {
       s.pool.clear();
     }
     if (usable) {
-      if (!s.board.release(left())) {
-        log(LogLevel::warning,
-            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: the ranks on its node did "
-                        "not meet within drop_timeout (", s.options.drop_timeout.count(),
-                        " ms) to free its status board together; the board is left to MPI_Finalize"));
-      }
+      // A board its node's ranks do not free together is left to
+      // MPI_Finalize, silently: a rank that leaves later is no fault.
+      (void)s.board.release(std::min(left(), detail::mpi::board_meet));
       if (!s.shm.release(left())) {
         log(LogLevel::warning,
             detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: it and its peer did not "

@@ -13,10 +13,13 @@
 /// computation is not (docs/reliability.md).
 ///
 /// The window is made with the communicator (collective over it: world,
-/// duplicate, split; not borrow, which needs no collective) and freed with
-/// it, collectively over the node's ranks, after they agree on one word
-/// within a bound, as the 2-rank window does (shm.hpp): a rank that does not
-/// come in time leaves the window to MPI_Finalize's hook on every rank.
+/// duplicate, split; not borrow, which needs no collective), only where a
+/// node holds more than one of its ranks, and freed with it, collectively
+/// over the node's ranks, after they agree on one word within a short bound
+/// (board_meet): ranks that leave a communicator together free it at once;
+/// when one is late, every rank of the node leaves the window to
+/// MPI_Finalize's hook instead of waiting, silently (nothing is lost but a
+/// page of shared memory until then).
 
 #include <algorithm>
 #include <atomic>
@@ -34,6 +37,12 @@
 #include <polycoll/detail/call.hpp>
 
 namespace polycoll::detail::mpi {
+
+/// How long a destructor waits for the node's other ranks to free the board
+/// together before leaving it to MPI_Finalize: long enough for ranks that
+/// leave a scope after the same collective, short enough that a rank which
+/// goes on to other work does not hold up the others.
+inline constexpr std::chrono::milliseconds board_meet{50};
 
 /// One rank's line of the board.
 struct alignas(64) BoardLine {
@@ -68,9 +77,12 @@ class StatusBoard {
     if (rc != MPI_SUCCESS) return rc;
     rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_);
     if (rc != MPI_SUCCESS) return rc;
-    int k = 0, me = 0;
+    int k = 0;
     MPI_Comm_size(node_, &k);
-    MPI_Comm_rank(node_, &me);
+    if (k == 1) {  // alone on its node (every rank of the node sees the same k): nothing to show
+      MPI_Comm_free(&node_);
+      return MPI_SUCCESS;
+    }
     // Everything this rank allocates, before any collective, so that running
     // out of memory is agreed on like any other failure.
     std::vector<int> local, global;
@@ -85,12 +97,12 @@ class StatusBoard {
     } catch (const std::bad_alloc&) {
       fits = false;
     }
-    MPI_Info info = MPI_INFO_NULL;
-    if (MPI_Info_create(&info) == MPI_SUCCESS) MPI_Info_set(info, "alloc_shared_noncontig", "true");
     void* base = nullptr;
-    // 64 bytes of slack to align the line (Open MPI 4.1 aligns segments to 8 bytes).
-    rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(2 * sizeof(BoardLine)), 1, info, node_, &base, &win_);
-    if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+    // One contiguous segment for the node (a page, not a page per rank), 128
+    // bytes per rank: 64 of slack to align the line (Open MPI 4.1 aligns
+    // segments to 8 bytes only).
+    rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(2 * sizeof(BoardLine)), 1, MPI_INFO_NULL, node_, &base,
+                                 &win_);
     int ok[2] = {rc == MPI_SUCCESS ? 1 : 0, 0};  // window created here; usable here
     if (rc != MPI_SUCCESS) win_ = MPI_WIN_NULL;
     if (ok[0] != 0 && fits && base != nullptr) {
@@ -129,11 +141,13 @@ class StatusBoard {
     // Agree before anyone reads a line: every line is initialised once this
     // returns, and a failure on one rank of the node is a failure on all.
     rc = MPI_Allreduce(MPI_IN_PLACE, ok, 2, MPI_INT, MPI_MIN, node_);
+    // The window keeps its own communicator: node_ is not needed any more.
+    MPI_Comm_free(&node_);
     if (rc != MPI_SUCCESS || ok[1] == 0) {
       if (rc == MPI_SUCCESS && ok[0] != 0) MPI_Win_free(&win_);  // created on every rank: free it together
-      win_ = MPI_WIN_NULL;  // after a failed agreement the window, if any, is left to MPI_Finalize
-      if (rc == MPI_SUCCESS) MPI_Comm_free(&node_);
-      node_ = MPI_COMM_NULL;
+      // After a failed agreement a window made here is not freed (the peers'
+      // state is unknown): MPI_Finalize releases it with everything else.
+      win_ = MPI_WIN_NULL;
       lines_.clear();
       mine_ = first_ = nullptr;
       return rc;
@@ -168,6 +182,7 @@ class StatusBoard {
   /// Frees the board, collectively with the node's other ranks, if they all
   /// come to free it within `bound`; otherwise leaves it to MPI_Finalize's
   /// hook on every one of them and returns false. Call only while MPI is usable.
+  /// The wait does not drive MPI's progress: the bound is short (board_meet).
   bool release(std::chrono::milliseconds bound) noexcept {
     if (!ready()) return true;
     mine_ = nullptr;
@@ -194,10 +209,6 @@ class StatusBoard {
           if (word.compare_exchange_strong(v, v | abandoned, std::memory_order_acq_rel)) break;
           continue;  // it changed under us: look again
         }
-        if (idle >= 16) {
-          int flag = 0;  // drive MPI's progress: a peer may need it to get here
-          MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, node_, &flag, MPI_STATUS_IGNORE);
-        }
         back_off(idle);
       }
     }
@@ -208,7 +219,6 @@ class StatusBoard {
       std::erase_if(p.windows, [this](const auto& e) { return e.first == id_; });
     }
     MPI_Win_free(&win_);
-    MPI_Comm_free(&node_);
     lines_.clear();
     first_ = nullptr;
     return true;
@@ -223,7 +233,7 @@ class StatusBoard {
   }
 
   MPI_Win win_ = MPI_WIN_NULL;
-  MPI_Comm node_ = MPI_COMM_NULL;      // this node's ranks of the communicator (owned)
+  MPI_Comm node_ = MPI_COMM_NULL;      // this node's ranks of the communicator, while create() runs
   std::vector<BoardLine*> lines_;      // by rank in the communicator; null: another node
   BoardLine* mine_ = nullptr;          // null: no board
   BoardLine* first_ = nullptr;         // the node's first rank's line (the teardown word)
