@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -193,6 +194,37 @@ TEST_CASE("run: a rank whose function throws is reported with its rank; the othe
   INFO(s.error().message);
   CHECK(s.error().message.find("rank 0 threw an exception not derived from std::exception") != std::string::npos);
   CHECK(s.error().message.find("rank 2 threw: second") != std::string::npos);
+}
+
+// A rank that fails while the others wait in a communicator split from run's
+// (and one split from that): run's abort reaches them, so run returns. If it
+// did not, they would wait forever: a watchdog fails the test and ends the
+// process instead of hanging it.
+TEST_CASE("Threads::run: a failing rank's abort reaches the worlds split from run's", "[threads][run]") {
+  auto done = std::make_shared<std::promise<Status>>();
+  auto result = done->get_future();
+  std::thread([done] {
+    done->set_value(Threads::run(3, [](Threads& comm) -> Status {
+      auto sub = comm.split(0, static_cast<std::uint32_t>(comm.rank()));
+      if (!sub || !*sub) return sub ? Status{} : Status(tl::unexpected(sub.error()));
+      auto subsub = (*sub)->split(comm.rank() == 2 ? 1 : 0, 0);  // ranks 0 and 1; rank 2 alone
+      if (!subsub || !*subsub) return subsub ? Status{} : Status(tl::unexpected(subsub.error()));
+      if (comm.rank() == 0) return tl::unexpected(Error{Errc::invalid_argument, "rank 0 gives up", 0});
+      std::array<float, 4> v{};
+      if (comm.rank() == 1) return (*subsub)->all_reduce(std::span<float>(v), polycoll::sum);  // waits for rank 0
+      return (*sub)->barrier();                                                                // waits for rank 0
+    }));
+  }).detach();
+  if (result.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    FAIL_CHECK("Threads::run did not return: ranks waiting in split worlds were not aborted");
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+  const Status s = result.get();
+  REQUIRE_FALSE(s);
+  INFO(s.error().message);
+  CHECK(s.error().code == Errc::invalid_argument);
+  CHECK(s.error().message.find("rank 0 returned: rank 0 gives up") != std::string::npos);
 }
 
 // bf16 has 8 significant bits: 1 + 1 + 516 is 520 in rank order (2 + 516 =

@@ -150,14 +150,15 @@ class Threads : public Communicator<Threads> {
       try {
         std::string line = detail::cat("rank ", r, ' ', what);
         std::lock_guard lock(failed_mutex);
-        world->abort(detail::cat("Threads::run: ", line));
+        // The ranks may wait in a communicator split from this one: abort them all.
+        world->abort_tree(detail::cat("Threads::run: ", line));
         if (!first) {
           first = Error{returned ? returned->code : Errc::aborted, line, returned ? returned->native : 0};
           first_threw = returned == nullptr;
         }
         if (returned == nullptr) threw += detail::cat(threw.empty() ? "" : "; ", line);
       } catch (...) {
-        world->abort(std::string{});  // out of memory for the text: still stop the others
+        world->abort_tree(std::string{});  // out of memory for the text: still stop the others
       }
     };
     std::vector<std::thread> threads;
@@ -617,6 +618,8 @@ POLYCOLL_DETAIL_LIB_INLINE Result<std::optional<Threads>> Threads::split_impl(st
       } catch (const std::bad_alloc&) {
         m.split_result.reset();
       }
+      // Registered with its parent, so that Threads::run's abort reaches it.
+      if (m.split_result && !world_->adopt(m.split_result)) m.split_result.reset();
     }
   }
   if (auto s = phase(c->call, dl); !s) return tl::unexpected(std::move(s.error()));

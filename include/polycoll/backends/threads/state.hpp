@@ -211,6 +211,13 @@ struct World {
   std::string abort_cause;                 // written once, before `aborted` is released
   std::unique_ptr<RankState[]> ranks;
   std::unique_ptr<std::byte[]> scratch;
+  // The worlds split() made from this one (and, through them, theirs), for
+  // Threads::run: a failed rank aborts the whole tree, so that a rank waiting
+  // in a sub-communicator returns too. `tree_cause` is set once the tree was
+  // aborted: a world split from it later is aborted as it is adopted.
+  std::mutex family;
+  std::vector<std::weak_ptr<World>> children;
+  std::optional<std::string> tree_cause;
 
   /// Why a world of `size` ranks cannot be allocated, or nullptr. Every size
   /// derived from the rank count is checked here, before any allocation:
@@ -246,6 +253,48 @@ struct World {
   /// Rank r's latency-path scratch for phase parity `parity` (small_bytes).
   std::byte* scratch_of(std::size_t r, unsigned parity) const noexcept {
     return scratch.get() + (2 * r + parity) * small_bytes;
+  }
+
+  // Aborts this world and every world split from it, now and later (see
+  // `children`).
+  void abort_tree(const std::string& cause) noexcept {
+    std::vector<std::shared_ptr<World>> alive;
+    {
+      std::lock_guard lock(family);
+      try {
+        if (!tree_cause) tree_cause = cause;
+        for (const auto& c : children) {
+          if (auto w = c.lock()) alive.push_back(std::move(w));
+        }
+      } catch (const std::bad_alloc&) {
+        // Out of memory for the list: the children reached so far still abort.
+      }
+    }
+    try {
+      abort(std::string(cause));
+    } catch (const std::bad_alloc&) {
+      abort(std::string{});
+    }
+    for (const auto& w : alive) w->abort_tree(cause);
+  }
+
+  // Registers `child`, just split from this world; aborts it at once when
+  // this tree was aborted before. Returns false when out of memory (then the
+  // child is not registered: split() fails).
+  bool adopt(const std::shared_ptr<World>& child) noexcept {
+    std::optional<std::string> cause;
+    {
+      std::lock_guard lock(family);
+      try {
+        std::erase_if(children, [](const std::weak_ptr<World>& c) { return c.expired(); });
+        children.push_back(child);
+        cause = tree_cause;
+      } catch (const std::bad_alloc&) {
+        return false;
+      }
+    }
+    if (cause) child->abort_tree(*cause);
+    return true;
   }
 
   // Everyone waiting anywhere in this world wakes up and returns Errc::aborted,
