@@ -1571,6 +1571,51 @@ TEST_CASE("consistency check: a send buffer changed before sync() is Errc::misma
   CHECK(b.error().message.find("send(count=4096, dtype=f32, dest=1, tag=6)") != std::string::npos);
 }
 
+// A send that a second thread posts while the first waits in sync() belongs
+// to the next sync(): that sync must still see its buffer changed (the first
+// sync used to forget every record, including this one).
+TEST_CASE("consistency check: a send posted by another thread during a sync is checked at the next sync",
+          "[threads][check][p2p]") {
+  Options o;
+  o.check_consistency = true;
+  auto comms = make(2, o);
+  std::atomic<int> step{0};
+  std::vector<float> x(4096, 1.0f);  // above the eager copy: the send reads x until it completes
+  Status posted, first, second, peer;
+  std::array<float, 1> r{};
+  std::thread a([&] {  // rank 0, first thread: a recv only rank 1 can complete, then sync()
+    posted = comms[0].recv(std::span<float>(r), 1, 1);
+    step = 1;
+    first = comms[0].sync();
+    step = 3;
+  });
+  std::thread c([&] {  // rank 1: completes both of rank 0's operations once the send is posted
+    while (step.load() < 2) std::this_thread::yield();
+    std::array<float, 1> y{1.0f};
+    std::vector<float> z(4096);
+    (void)comms[1].send(std::span<const float>(y), 0, 1);
+    (void)comms[1].recv(std::span<float>(z), 0, 5);
+    peer = comms[1].sync();
+  });
+  // Rank 0, second thread: posts its send while the first thread waits in sync().
+  while (step.load() < 1) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first thread is inside sync()
+  REQUIRE(comms[0].send(std::span<const float>(x), 1, 5));
+  step = 2;
+  while (step.load() < 3) std::this_thread::yield();
+  x[7] = 2.0f;  // before a sync of its own: the contract says not yet
+  second = comms[0].sync();
+  a.join();
+  c.join();
+  CHECK(posted);
+  CHECK(first);
+  CHECK(peer);
+  REQUIRE_FALSE(second);
+  INFO(second.error().message);
+  CHECK(second.error().code == Errc::mismatch);
+  CHECK(second.error().message.find("send(count=4096, dtype=f32, dest=1, tag=5)") != std::string::npos);
+}
+
 // Without the check, the same program delivers 100 101 102 (the sends are
 // copied at post), as on Mpi; it read 102 102 102 before.
 TEST_CASE("a small send buffer reused before sync() delivers what was sent", "[threads][p2p]") {

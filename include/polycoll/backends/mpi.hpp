@@ -1097,6 +1097,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   Status complete(const detail::CallDesc& c, Guard& guard,
                   const std::optional<detail::Clock::time_point>& dl, bool collective = false) {
     std::optional<Error> first = std::exchange(state_->deferred, std::nullopt);
+    // The sends this sync completes: those recorded before drain() lets go of the lock.
+    const std::uint64_t sends_before = state_->check ? state_->ledger.mark() : 0;
     bool done = true;
     if (!state_->pool.empty()) done = drain(dl, state_->seq, guard, first);
     std::optional<detail::CallDesc> changed;
@@ -1112,7 +1114,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     // here, not only once the pool is empty, so that a receive kept posted
     // (a wildcard service loop) neither lets the records pile up nor leaves
     // them to be hashed after their buffers were reused or freed.
-    if (done && state_->check) [[unlikely]] changed = state_->ledger.verify();
+    if (done && state_->check) [[unlikely]] changed = state_->ledger.verify(sends_before);
     if (first) return tl::unexpected(std::move(*first));
     if (changed) return tl::unexpected(this->error(Errc::mismatch, *changed, detail::send_changed_text));
     if (!done) {

@@ -200,8 +200,9 @@ class NoOp : public Communicator<NoOp> {
   Status send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::size_t dest, std::uint32_t tag) {
     const auto call = detail::CallDesc::p2p(detail::Call::send, count, D, dest, tag);
     const std::size_t bytes = count * sizeof(T);
-    if (check_) [[unlikely]] p2p_->ledger.record(call, ptr, bytes);
     std::lock_guard lock(p2p_->mutex);
+    // Recorded under the mailbox lock, with its message: a sync() completes both or neither.
+    if (check_) [[unlikely]] p2p_->ledger.record(call, ptr, bytes);
     Message& m = p2p_->sends.emplace_back();
     m.call = call;
     m.address = detail::to_address(ptr);
@@ -294,7 +295,8 @@ class NoOp : public Communicator<NoOp> {
     // Every send completed: with the check on, none of their buffers may have
     // changed since it was posted.
     if (check_) [[unlikely]] {
-      if (auto changed = p2p_->ledger.verify(); changed && result) {
+      // Under the mailbox lock: every send recorded so far is one this sync completed.
+      if (auto changed = p2p_->ledger.verify(p2p_->ledger.mark()); changed && result) {
         result = tl::unexpected(error(Errc::mismatch, *changed, detail::send_changed_text));
       }
     }

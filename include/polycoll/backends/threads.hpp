@@ -560,6 +560,9 @@ POLYCOLL_DETAIL_LIB_INLINE Status Threads::sync_impl() {
 POLYCOLL_DETAIL_LIB_INLINE Status Threads::drain(const detail::CallDesc& call, std::optional<detail::Clock::time_point> dl) {
   World& w = *world_;
   RankState& m = me();
+  // The sends this sync completes: those recorded before it began (another
+  // thread's send posted while it waits belongs to a later sync).
+  const std::uint64_t sends_before = w.check ? m.ledger.mark() : 0;
   const auto r = detail::wait_until(
       m.p2p_pending, [](std::uint32_t v) { return v == 0; }, w.aborted, dl, w.spin);
   if (r == detail::WaitResult::aborted) return tl::unexpected(aborted_error(call));
@@ -574,7 +577,7 @@ POLYCOLL_DETAIL_LIB_INLINE Status Threads::drain(const detail::CallDesc& call, s
   // Every send of this rank completed: with the check on, none of their
   // buffers may have changed since it was posted.
   std::optional<detail::CallDesc> changed;
-  if (w.check) [[unlikely]] changed = m.ledger.verify();
+  if (w.check) [[unlikely]] changed = m.ledger.verify(sends_before);
   std::lock_guard g(m.error_mutex);
   if (m.p2p_error) {
     Error e = std::move(*m.p2p_error);

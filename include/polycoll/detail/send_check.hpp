@@ -76,18 +76,28 @@ class SendLedger {
   /// Records a send of `bytes` bytes at `p` (called at post time, check on).
   void record(const CallDesc& call, const void* p, std::size_t bytes) {
     std::lock_guard g(mutex_);
-    sends_.push_back({call, p, bytes, hash_bytes(p, bytes)});
+    sends_.push_back({call, p, bytes, hash_bytes(p, bytes), next_++});
   }
 
-  /// Compares every recorded send's bytes with their hash at post and forgets
-  /// them; returns the first send whose buffer changed, if any.
-  std::optional<CallDesc> verify() {
+  /// Where the records stand as a sync() begins: the sends recorded before
+  /// this mark are the ones it completes.
+  std::uint64_t mark() {
+    std::lock_guard g(mutex_);
+    return next_;
+  }
+
+  /// Compares the bytes of every send recorded before `upto` (a mark()) with
+  /// their hash at post and forgets them; returns the first whose buffer
+  /// changed, if any. Sends recorded since the mark (other threads, during
+  /// the sync) stay for the sync that comes after them: a send completes at
+  /// a sync() that began after it.
+  std::optional<CallDesc> verify(std::uint64_t upto) {
     std::lock_guard g(mutex_);
     std::optional<CallDesc> changed;
     for (const Entry& e : sends_) {
-      if (!changed && hash_bytes(e.ptr, e.bytes) != e.hash) changed = e.call;
+      if (e.id < upto && !changed && hash_bytes(e.ptr, e.bytes) != e.hash) changed = e.call;
     }
-    sends_.clear();
+    std::erase_if(sends_, [upto](const Entry& e) { return e.id < upto; });
     return changed;
   }
 
@@ -96,6 +106,7 @@ class SendLedger {
     if (&other == this) return;
     std::scoped_lock g(mutex_, other.mutex_);
     sends_ = std::move(other.sends_);
+    next_ = other.next_;
     other.sends_.clear();
   }
 
@@ -111,9 +122,11 @@ class SendLedger {
     const void* ptr;
     std::size_t bytes;
     std::uint64_t hash;
+    std::uint64_t id;  // in recording order
   };
   std::mutex mutex_;
   std::vector<Entry> sends_;
+  std::uint64_t next_ = 0;  // the next record's id
 };
 
 /// The text of the check's verdict on a changed send buffer.
