@@ -230,11 +230,11 @@ class Threads : public Communicator<Threads> {
 
   // Where this rank's latency-path contribution of `bytes` for the next phase goes.
   std::byte* outbox(std::size_t bytes, unsigned parity) const noexcept {
-    return bytes <= world_->inline_limit ? me().line[parity].data : world_->scratch_of(rank_, parity);
+    return bytes <= world_->inline_limit() ? me().line[parity].data : world_->scratch_of(rank_, parity);
   }
   // Where peer q's contribution of `bytes` for the phase of parity `parity` is.
   const std::byte* inbox(std::size_t q, std::size_t bytes, unsigned parity) const noexcept {
-    return bytes <= world_->inline_limit ? peer(q).line[parity].data : world_->scratch_of(q, parity);
+    return bytes <= world_->inline_limit() ? peer(q).line[parity].data : world_->scratch_of(q, parity);
   }
 
   // The first phase of a call. With the consistency check on, every rank then

@@ -49,8 +49,8 @@ struct alignas(64) BoardLine {
   // (collective number << 8) | Call of the last collective this rank
   // entered on the communicator; 0 before the first.
   std::atomic<std::uint64_t> entered{0};
-  // Teardown agreement: the arrivals at release(), in the line of the
-  // node's first rank only (plus `abandoned` once one gave up waiting).
+  // Teardown agreement (process.hpp, meet), in the line of the node's first
+  // rank only.
   std::atomic<std::uint32_t> closing{0};
 };
 static_assert(sizeof(BoardLine) == 64);
@@ -106,10 +106,7 @@ class StatusBoard {
     int ok[2] = {rc == MPI_SUCCESS ? 1 : 0, 0};  // window created here; usable here
     if (rc != MPI_SUCCESS) win_ = MPI_WIN_NULL;
     if (ok[0] != 0 && fits && base != nullptr) {
-      int* model = nullptr;
-      int flag = 0;
-      if (MPI_Win_get_attr(win_, MPI_WIN_MODEL, &model, &flag) == MPI_SUCCESS && flag != 0 &&
-          *model == MPI_WIN_UNIFIED) {
+      if (unified(win_)) {
         ok[1] = 1;
         mine_ = new (align64(base)) BoardLine();
         // Where each of the node's ranks is in `comm`.
@@ -156,10 +153,7 @@ class StatusBoard {
     // Registered for the finalize hook, which frees it on every rank of the
     // node if the communicator outlives MPI_Finalize or the node's ranks do
     // not meet to free it (room reserved above).
-    auto& p = process();
-    std::lock_guard lock(p.mutex);
-    id_ = p.next_window++;
-    p.windows.emplace_back(id_, win_);
+    id_ = register_window(win_);
     return MPI_SUCCESS;
   }
 
@@ -182,56 +176,19 @@ class StatusBoard {
   /// Frees the board, collectively with the node's other ranks, if they all
   /// come to free it within `bound`; otherwise leaves it to MPI_Finalize's
   /// hook on every one of them and returns false. Call only while MPI is usable.
-  /// The wait does not drive MPI's progress: the bound is short (board_meet).
   bool release(std::chrono::milliseconds bound) noexcept {
     if (!ready()) return true;
     mine_ = nullptr;
-    // The arrivals counted on one word: the rank that makes it k frees, and
-    // so does every rank that sees k; a rank whose bound expires first
-    // withdraws by setting `abandoned` while the count is below k (one
-    // compare-exchange), and every rank that sees that bit leaves the window
-    // registered. The count never changes after it reaches k, so every rank
-    // decides the same.
-    auto& word = first_->closing;
-    std::uint32_t v = word.fetch_add(1, std::memory_order_acq_rel) + 1;
-    bool all = (v & abandoned) == 0 && v == local_ranks_;
-    if ((v & abandoned) == 0 && !all) {
-      const auto until = std::chrono::steady_clock::now() + bound;
-      unsigned idle = 0;
-      for (;;) {
-        v = word.load(std::memory_order_acquire);
-        if ((v & abandoned) != 0) break;
-        if (v == local_ranks_) {
-          all = true;
-          break;
-        }
-        if (std::chrono::steady_clock::now() >= until) {
-          if (word.compare_exchange_strong(v, v | abandoned, std::memory_order_acq_rel)) break;
-          continue;  // it changed under us: look again
-        }
-        back_off(idle);
-      }
-    }
-    if (!all) return false;
-    {
-      auto& p = process();
-      std::lock_guard lock(p.mutex);
-      std::erase_if(p.windows, [this](const auto& e) { return e.first == id_; });
-    }
-    MPI_Win_free(&win_);
+    // Agreement on one word in the node's first rank's line (process.hpp,
+    // meet). No progress while waiting: the bound is short (board_meet).
+    if (!meet(first_->closing, local_ranks_, bound, [] {})) return false;
+    free_registered(id_, win_);
     lines_.clear();
     first_ = nullptr;
     return true;
   }
 
  private:
-  static constexpr std::uint32_t abandoned = 1u << 31;
-
-  static void* align64(void* p) noexcept {
-    const auto a = reinterpret_cast<std::uintptr_t>(p);
-    return static_cast<std::byte*>(p) + ((64 - a % 64) % 64);
-  }
-
   MPI_Win win_ = MPI_WIN_NULL;
   MPI_Comm node_ = MPI_COMM_NULL;      // this node's ranks of the communicator, while create() runs
   std::vector<BoardLine*> lines_;      // by rank in the communicator; null: another node

@@ -141,6 +141,75 @@ inline int install_hook() noexcept {
   return MPI_SUCCESS;
 }
 
+// ------------------------------------------------------------ shared-memory windows
+// What the 2-rank all_reduce's window (shm.hpp) and the status board
+// (board.hpp) share: their layout, the finalize hook's list, the teardown.
+
+/// The first cache-line boundary at or after `p`. Every rank aligns its part
+/// of a shared window so, and lands on the same byte in every mapping (the
+/// offset within a page is the same); the slack is at most 63 bytes.
+inline std::byte* align64(void* p) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  return static_cast<std::byte*>(p) + ((64 - a % 64) % 64);
+}
+
+/// True when `win` reports MPI_WIN_UNIFIED: then C++ atomics in its memory
+/// synchronise the ranks, which both windows need.
+inline bool unified(MPI_Win win) noexcept {
+  int* model = nullptr;
+  int flag = 0;
+  return MPI_Win_get_attr(win, MPI_WIN_MODEL, &model, &flag) == MPI_SUCCESS && flag != 0 &&
+         *model == MPI_WIN_UNIFIED;
+}
+
+/// Puts `win` on the finalize hook's list and returns its id there.
+inline std::uint64_t register_window(MPI_Win win) {
+  auto& p = process();
+  std::lock_guard lock(p.mutex);
+  const std::uint64_t id = p.next_window++;
+  p.windows.emplace_back(id, win);
+  return id;
+}
+
+/// Takes window `id` off the finalize hook's list and frees it (collective
+/// over its ranks: each calls this in its own teardown).
+inline void free_registered(std::uint64_t id, MPI_Win& win) noexcept {
+  {
+    auto& p = process();
+    std::lock_guard lock(p.mutex);
+    std::erase_if(p.windows, [id](const auto& e) { return e.first == id; });
+  }
+  MPI_Win_free(&win);
+}
+
+/// The teardown agreement of a shared window's `k` ranks on one word of it
+/// (zero at first), so that its collective MPI_Win_free never waits past
+/// `bound` for a rank that does not come. Each arriving rank adds one; the
+/// rank that makes it k, and every rank that sees k, returns true (free the
+/// window now); a rank still waiting when the bound expires withdraws by
+/// setting `abandoned` while the count is below k (one compare-exchange),
+/// and every rank that sees that bit returns false (leave the window to the
+/// finalize hook). The count never changes once it is k, so every rank
+/// decides alike. Past the first polls `progress()` runs between them.
+template <class Progress>
+bool meet(std::atomic<std::uint32_t>& word, std::uint32_t k, std::chrono::milliseconds bound,
+          Progress&& progress) noexcept {
+  constexpr std::uint32_t abandoned = 1u << 31;
+  std::uint32_t v = word.fetch_add(1, std::memory_order_acq_rel) + 1;
+  const auto until = std::chrono::steady_clock::now() + bound;
+  unsigned idle = 0;
+  while ((v & abandoned) == 0 && v != k) {
+    if (std::chrono::steady_clock::now() >= until) {
+      if (word.compare_exchange_strong(v, v | abandoned, std::memory_order_acq_rel)) return false;
+      continue;  // it changed under us (v holds the new value): look again
+    }
+    if (idle >= 16) progress();
+    back_off(idle);
+    v = word.load(std::memory_order_acquire);
+  }
+  return (v & abandoned) == 0;
+}
+
 // float bits -> bf16 bits in the high half (the low half is not cleared):
 // numeric.hpp's f32_to_bf16_bits without the final shift.
 inline std::uint32_t bf16_round_high(std::uint32_t x) noexcept {

@@ -153,7 +153,7 @@ class PairShm {
       // unmaps it.
       state_ = State::unavailable;  // if the barrier fails, the window is left to MPI_Finalize
       if (const int rc = MPI_Barrier(comm); rc != MPI_SUCCESS) return rc;
-      free_window();
+      free_registered(id_, win_);
     }
     rank_ = rank;
     comm_ = comm;
@@ -210,43 +210,25 @@ class PairShm {
   bool release(std::chrono::milliseconds bound) noexcept {
     if (state_ != State::ready) return true;
     state_ = State::unavailable;
-    // Agreement on one word in rank 0's block: the first rank to arrive waits
-    // for the second; if the bound expires first, it withdraws (1 ->
-    // abandoned) and the late rank, seeing that, does not call the collective
-    // MPI_Win_free either.
+    // Agreement on one word in rank 0's block (process.hpp, meet): if the
+    // bound expires first, the waiting rank withdraws and the late rank,
+    // seeing that, does not call the collective MPI_Win_free either. The
+    // wait drives MPI's progress: the peer may need it to get to its destructor.
     auto& word = control(rank_ == 0 ? mine_ : peer_).closing;
-    const std::uint32_t before = word.fetch_add(1, std::memory_order_acq_rel);
-    bool both = before == 1;
-    if (before == 0) {
-      const auto until = std::chrono::steady_clock::now() + bound;
-      unsigned idle = 0;
-      while (word.load(std::memory_order_acquire) != 2) {
-        if (std::chrono::steady_clock::now() >= until) break;
-        if (idle >= 16) progress();  // the peer may need it to get to its destructor
-        back_off(idle);
-      }
-      std::uint32_t expected = 1;
-      both = !word.compare_exchange_strong(expected, abandoned, std::memory_order_acq_rel);
-    }
-    if (!both) return false;  // both ranks keep it registered: the finalize hook frees it
-    free_window();
+    if (!meet(word, 2, bound, [this] { progress(); })) return false;  // both keep it registered
+    free_registered(id_, win_);
     return true;
   }
 
  private:
   static constexpr std::size_t header = (sizeof(ShmControl) + 63) / 64 * 64;
   static constexpr std::size_t min_set_bytes = 64 * 1024;
-  static constexpr std::uint32_t abandoned = 0x100;
 
   // One buffer set holds the operand slot and the reduced slot of the halves
   // algorithm, each the larger half (ceil(count / 2) elements) rounded up to a
   // cache line; the one-phase algorithm uses the set as one slot of >= bytes.
   static std::size_t set_bytes_for(std::size_t count, std::size_t elem_size) noexcept {
     return 2 * (((count + 1) / 2 * elem_size + 63) / 64 * 64);
-  }
-  static std::byte* align64(void* p) noexcept {
-    const auto a = reinterpret_cast<std::uintptr_t>(p);
-    return static_cast<std::byte*>(p) + ((64 - a % 64) % 64);
   }
   static ShmControl& control(std::byte* segment) noexcept {
     return *std::launder(reinterpret_cast<ShmControl*>(segment));
@@ -268,13 +250,10 @@ class PairShm {
     if (rc != MPI_SUCCESS) win_ = MPI_WIN_NULL;
     // The finalize hook must be there to free it (process.hpp).
     if (ok[0] != 0 && install_hook() == MPI_SUCCESS) {
-      int* model = nullptr;
-      int flag = 0;
       MPI_Aint peer_size = 0;
       int unit = 0;
       void* peer_base = nullptr;
-      if (MPI_Win_get_attr(win_, MPI_WIN_MODEL, &model, &flag) == MPI_SUCCESS && flag != 0 &&
-          *model == MPI_WIN_UNIFIED &&
+      if (unified(win_) &&
           MPI_Win_shared_query(win_, rank_ == 0 ? 1 : 0, &peer_size, &unit, &peer_base) == MPI_SUCCESS &&
           peer_size >= seg && peer_base != nullptr && base != nullptr) {
         mine_ = align64(base);
@@ -297,27 +276,11 @@ class PairShm {
     }
     // Registered for the finalize hook (process.hpp), which frees it with the
     // peer if this communicator outlives MPI_Finalize.
-    {
-      auto& p = process();
-      std::lock_guard lock(p.mutex);
-      id_ = p.next_window++;
-      p.windows.emplace_back(id_, win_);
-    }
+    id_ = register_window(win_);
     set_bytes_ = set_bytes;
     seq_ = 0;
     state_ = State::ready;
     return MPI_SUCCESS;
-  }
-
-  // Frees the window collectively (the peer is freeing it in the same call)
-  // and takes it off the finalize hook's list.
-  void free_window() noexcept {
-    {
-      auto& p = process();
-      std::lock_guard lock(p.mutex);
-      std::erase_if(p.windows, [this](const auto& e) { return e.first == id_; });
-    }
-    MPI_Win_free(&win_);
   }
 
   // Waits for the peer's counter to reach call q. Past the first polls it

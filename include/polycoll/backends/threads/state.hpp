@@ -204,7 +204,6 @@ struct World {
   std::size_t n;
   Options options;
   bool check;  // Options::check_consistency or POLYCOLL_CHECK=1
-  std::size_t inline_limit;  // bytes of data a line carries: checked_inline_bytes with the check on
   unsigned spin;
   alignas(64) std::atomic<bool> aborted{false};
   std::atomic<bool> abort_claimed{false};  // the first abort() wins and writes the cause
@@ -236,7 +235,6 @@ struct World {
       : n(size),
         options(opt),
         check(opt.check_consistency || detail::check_from_environment()),
-        inline_limit(check ? checked_inline_bytes : inline_bytes),
         spin(size <= std::max(1u, std::thread::hardware_concurrency()) ? 20000u : 200u),
         ranks(new RankState[size]),
         scratch(new std::byte[size * 2 * small_bytes]) {
@@ -249,6 +247,10 @@ struct World {
       ranks[r].flight = FlightRecorder::make(opt.flight_record_size);
     }
   }
+
+  /// Bytes of latency-path data a line carries (the fingerprint takes the
+  /// rest with the check on).
+  std::size_t inline_limit() const noexcept { return check ? checked_inline_bytes : inline_bytes; }
 
   /// Rank r's latency-path scratch for phase parity `parity` (small_bytes).
   std::byte* scratch_of(std::size_t r, unsigned parity) const noexcept {
