@@ -19,6 +19,8 @@
 #include <vector>
 
 #include <polycoll/backends/nccl.hpp>
+#include <polycoll/backends/nccl/device.hpp>  // settle, to wait for the native NCCL calls
+#include <polycoll/backends/nccl/error.hpp>   // nccl_text
 
 #include "harness.hpp"
 
