@@ -839,8 +839,93 @@ TEST_CASE("2-rank shared-memory all_reduce: every size, growth, alternation, sam
   CHECK(b->shared_window_bytes() == 0);
   std::vector<bf16> h(1000, bf16(1.0f));
   REQUIRE(b->all_reduce(std::span(h), polycoll::sum));
-  CHECK((b->shared_window_bytes() > 0) == (b->world_size() == 2 && one_node()));
+  CHECK((b->shared_window_bytes() > 0) == (b->world_size() >= 2 && one_node()));
   CHECK(static_cast<float>(h[999]) == static_cast<float>(b->world_size()));
+}
+
+// With every rank on one node, all_reduce goes through a shared-memory
+// window at any world size from 2 (backends/mpi/shm.hpp at 2,
+// backends/mpi/node_shm.hpp from 3): in the line, one phase, and above it
+// halves (2 ranks) or reduce-scatter + all-gather (3+). Each path folds in
+// rank order, so every rank gets the bits of the rank-order fold
+// (tests/reproducible.hpp's inputs: another order shows), for the narrow
+// formats, avg and min/max too, in place and out of place, with counts that
+// p does not divide; calls alternate between the paths with new inputs
+// (each buffer set is reused two calls later).
+TEST_CASE("node shared-memory all_reduce: rank-order bits at every size and world size", "[mpi][shm][node]") {
+  auto run = [](auto comm) {
+    REQUIRE(comm);
+    const std::size_t w = comm->world_size(), r = comm->rank();
+    const bool window = w >= 2 && one_node();
+    const std::size_t cap = w >= 3 ? detail::mpi::node_shm_to_bytes(w) : detail::mpi::shm_to_bytes;
+    std::string bad;
+    auto one = [&]<class T, ReduceOp Op>(std::size_t n, std::size_t salt, bool in_place) {
+      if (!bad.empty()) return;
+      const std::vector<T> x = test::reproducible::inputs<T>(r, n, salt);
+      std::vector<T> got(n);
+      if (in_place) {
+        got = x;
+        REQUIRE(comm->all_reduce(std::span(got), op_tag<Op>{}));
+      } else {
+        REQUIRE(comm->all_reduce(std::span<const T>(x), std::span(got), op_tag<Op>{}));
+      }
+      // Where MPI's own allreduce runs (above the window, or across nodes)
+      // its order is MPI's: only the window promises these bits.
+      if (!window || n * sizeof(T) > cap) return;
+      bad = test::reproducible::compare<T>(std::string(in_place ? "in place" : "out of place") + " " +
+                                               std::string(name(Op)),
+                                           std::span<const T>(got), test::reproducible::fold<T, Op>(w, n, salt), 0,
+                                           r, w);
+    };
+    std::size_t salt = 0;
+    for (const std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{13}, std::size_t{1000},
+                                std::size_t{4097}, std::size_t{30001}, std::size_t{65537}, std::size_t{3}}) {
+      INFO("n " << n);
+      for (const bool in_place : {true, false}) {
+        one.template operator()<float, ReduceOp::Sum>(n, ++salt, in_place);
+        one.template operator()<bf16, ReduceOp::Sum>(n, ++salt, in_place);
+        one.template operator()<f16, ReduceOp::Avg>(n, ++salt, in_place);
+        one.template operator()<double, ReduceOp::Prod>(n, ++salt, in_place);
+        one.template operator()<float, ReduceOp::Min>(n, ++salt, in_place);
+        one.template operator()<std::complex<float>, ReduceOp::Avg>(n, ++salt, in_place);
+        one.template operator()<std::int32_t, ReduceOp::Max>(n, ++salt, in_place);
+      }
+      if (window && w >= 3) CHECK(comm->shared_window_bytes() > 0);
+    }
+    // The three paths in turn, new inputs every call.
+    for (std::size_t it = 0; it < 60; ++it) {
+      one.template operator()<float, ReduceOp::Sum>(it % 3 == 0 ? 7 : it % 3 == 1 ? 900 : 20000, ++salt, true);
+    }
+    REQUIRE(comm->sync());
+    CHECK(bad == "");
+  };
+  run(Mpi::world());
+  using namespace polycoll::mpi;
+  run(BasicMpi<Policies<blocking, kernel_ops>>::world());
+}
+
+// POLYCOLL_MPI_SHM=0 keeps a communicator's all_reduce off the windows; the
+// ranks agree on it when the first window would be made, so one rank's 0
+// is everyone's (a rank alone in MPI_Allreduce while the others map a window
+// would hang). A communicator made after it is unset gets the window again.
+TEST_CASE("POLYCOLL_MPI_SHM=0 on one rank keeps every rank off the windows", "[mpi][shm][node]") {
+  int r = 0, w = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  MPI_Comm_size(MPI_COMM_WORLD, &w);
+  if (r == 0) ::setenv("POLYCOLL_MPI_SHM", "0", 1);
+  Mpi off = world();
+  std::vector<float> v(1000, static_cast<float>(r + 1));
+  std::vector<std::int32_t> m(10, r);
+  REQUIRE(off.all_reduce(std::span(v), polycoll::sum));
+  REQUIRE(off.all_reduce(std::span(m), polycoll::max));
+  if (r == 0) ::unsetenv("POLYCOLL_MPI_SHM");
+  CHECK(off.shared_window_bytes() == 0);
+  CHECK(v[999] == static_cast<float>(w * (w + 1) / 2));
+  CHECK(m[9] == w - 1);
+  Mpi on = world();
+  REQUIRE(on.all_reduce(std::span(v), polycoll::sum));
+  CHECK((on.shared_window_bytes() > 0) == (w >= 2 && one_node()));
+  CHECK(v[0] == static_cast<float>(w * w * (w + 1) / 2));
 }
 
 // The window is freed collectively: a rank whose peer does not come to free it

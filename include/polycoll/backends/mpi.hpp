@@ -151,13 +151,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     static const Options none{};
     return state_ ? state_->options : none;
   }
-  /// Bytes of shared memory this rank holds for the 2-rank all_reduce of ranks
-  /// on one node (backends/mpi/shm.hpp: up to 2x the largest message of at
-  /// most 4 MiB so far, freed with the communicator); 0 when it has none.
+  /// Bytes of shared memory this rank holds for the all_reduce of a
+  /// communicator whose ranks all run on one node (backends/mpi/shm.hpp at 2
+  /// ranks: up to 2x the largest message of at most 4 MiB so far;
+  /// backends/mpi/node_shm.hpp at 3 or more: up to 2x the largest message of
+  /// at most node_shm_to_bytes and a slice; freed with the communicator); 0
+  /// when it has none.
   [[nodiscard]] std::size_t shared_window_bytes() const noexcept {
     if (!state_) return 0;
     auto guard = lock();
-    return state_->shm.segment_bytes();
+    return state_->shm.segment_bytes() + state_->node_shm.segment_bytes();
   }
   /// Operations posted and not yet completed by sync().
   [[nodiscard]] std::size_t pending() const noexcept {
@@ -590,6 +593,21 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             rc = detail::mpi::halving_allreduce_2<D, Op>(buf, count, state_->rank, state_->pair_comm,
                                                          state_->halving_scratch);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
+            done = true;
+          }
+        } else if (state_->size >= 3 && count != 0 && bytes <= detail::mpi::node_shm_to_bytes(state_->size)) {
+          // Every rank on one node: the p-rank window (backends/mpi/node_shm.hpp).
+          if (state_->pair_comm == MPI_COMM_NULL) {
+            rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
+            if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (node all_reduce window)");
+          }
+          rc = state_->node_shm.ensure(state_->pair_comm, state_->rank, state_->size, count, sizeof(T));
+          if (rc != MPI_SUCCESS) {
+            return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (node all_reduce window)");
+          }
+          if (state_->node_shm.ready()) {
+            state_->node_shm.template all_reduce<D, Op>(send ? static_cast<const void*>(send) : buf, buf, count);
+            send = nullptr;
             done = true;
           }
         }
@@ -1456,6 +1474,13 @@ void BasicMpi<Policies>::release() noexcept {
             detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: it and its peer did not "
                         "meet within drop_timeout (", s.options.drop_timeout.count(),
                         " ms) to free the shared-memory window of the 2-rank all_reduce together; "
+                        "the window is left to MPI_Finalize"));
+      }
+      if (!s.node_shm.release(left())) {
+        log(LogLevel::warning,
+            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: its ranks did not all "
+                        "meet within drop_timeout (", s.options.drop_timeout.count(),
+                        " ms) to free the shared-memory window of the node's all_reduce together; "
                         "the window is left to MPI_Finalize"));
       }
       if (s.pair_comm != MPI_COMM_NULL) MPI_Comm_free(&s.pair_comm);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -144,6 +145,16 @@ inline int install_hook() noexcept {
 // ------------------------------------------------------------ shared-memory windows
 // What the 2-rank all_reduce's window (shm.hpp) and the status board
 // (board.hpp) share: their layout, the finalize hook's list, the teardown.
+
+/// False when this process's environment says POLYCOLL_MPI_SHM=0: the
+/// all_reduce windows (shm.hpp, node_shm.hpp) are then not made, and every
+/// all_reduce goes through MPI (or the 2-rank point-to-point algorithms).
+/// A test aid and an escape hatch (docs/mpi.md). The ranks agree on it when
+/// a communicator first needs a window: one rank's 0 turns it off for all.
+inline bool shm_allowed() noexcept {
+  const char* v = std::getenv("POLYCOLL_MPI_SHM");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
 
 /// The first cache-line boundary at or after `p`. Every rank aligns its part
 /// of a shared window so, and lands on the same byte in every mapping (the

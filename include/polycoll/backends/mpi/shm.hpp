@@ -143,7 +143,12 @@ class PairShm {
       rc = MPI_Comm_size(node, &n);
       MPI_Comm_free(&node);
       if (rc != MPI_SUCCESS) return rc;
-      if (n != 2) {  // the same answer on both ranks: each is alone on its node
+      // Both on one node (the same answer on both ranks: otherwise each is
+      // alone on its node), and allowed on both (shm_allowed).
+      int use = n == 2 && shm_allowed() ? 1 : 0;
+      rc = MPI_Allreduce(MPI_IN_PLACE, &use, 1, MPI_INT, MPI_MIN, comm);
+      if (rc != MPI_SUCCESS) return rc;
+      if (use == 0) {
         state_ = State::unavailable;
         return MPI_SUCCESS;
       }

@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <polycoll/backends/mpi/board.hpp>
+#include <polycoll/backends/mpi/node_shm.hpp>
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/requests.hpp>
 #include <polycoll/backends/mpi/shm.hpp>
@@ -48,10 +49,12 @@ struct CommState {
   // timed out: MPI may still use them until a later sync() completes it.
   std::vector<std::vector<std::uint64_t>> retired_x;
   std::vector<std::vector<int>> retired_ints;
-  // The 2-rank all_reduce algorithms (backends/mpi/halving.hpp): their own
-  // dup of comm, so their point-to-point messages never match the user's
-  // send/recv, made on first use (collective: every rank takes that path in
-  // the same call), and the halving's scratch half, grown, never shrunk.
+  // polycoll's own all_reduce algorithms (the 2-rank ones of
+  // backends/mpi/halving.hpp and the windows): their own dup of comm, so
+  // their point-to-point messages never match the user's send/recv and their
+  // waits' MPI_Iprobe consumes nothing of the user's, made on first use
+  // (collective: every rank takes that path in the same call); and the
+  // halving's scratch half, grown, never shrunk.
   MPI_Comm pair_comm = MPI_COMM_NULL;
   std::vector<std::byte> halving_scratch;
   // The result block of a blocking in-place reduce_scatter, grown, never shrunk.
@@ -65,6 +68,8 @@ struct CommState {
   std::vector<std::byte> ordered_scratch;
   // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
   PairShm shm;
+  // The window of 3 or more ranks on one node (backends/mpi/node_shm.hpp), on pair_comm.
+  NodeShm node_shm;
   // With op_timeout: what each rank on this node entered last, for the
   // timeout's message (backends/mpi/board.hpp), and this rank's collectives
   // so far (the number it publishes there).
