@@ -1469,19 +1469,15 @@ void BasicMpi<Policies>::release() noexcept {
       // A board its node's ranks do not free together is left to
       // MPI_Finalize, silently: a rank that leaves later is no fault.
       (void)s.board.release(std::min(left(), detail::mpi::board_meet));
-      if (!s.shm.release(left())) {
+      // At most one of the two all_reduce windows exists (2 ranks, or 3+).
+      const bool pair = s.size == 2;
+      if (!(pair ? s.shm.release(left()) : s.node_shm.release(left()))) {
         log(LogLevel::warning,
-            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: it and its peer did not "
+            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: ",
+                        pair ? "it and its peer" : "its ranks", " did not ", pair ? "" : "all ",
                         "meet within drop_timeout (", s.options.drop_timeout.count(),
-                        " ms) to free the shared-memory window of the 2-rank all_reduce together; "
-                        "the window is left to MPI_Finalize"));
-      }
-      if (!s.node_shm.release(left())) {
-        log(LogLevel::warning,
-            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: its ranks did not all "
-                        "meet within drop_timeout (", s.options.drop_timeout.count(),
-                        " ms) to free the shared-memory window of the node's all_reduce together; "
-                        "the window is left to MPI_Finalize"));
+                        " ms) to free the shared-memory window of the ", pair ? "2-rank" : "node's",
+                        " all_reduce together; the window is left to MPI_Finalize"));
       }
       if (s.pair_comm != MPI_COMM_NULL) MPI_Comm_free(&s.pair_comm);
       if (s.owned) {

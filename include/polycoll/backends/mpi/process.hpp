@@ -156,6 +156,13 @@ inline bool shm_allowed() noexcept {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+/// One poll of MPI's progress engine: MPI_Iprobe on `comm`, a private dup
+/// that no message of the user's reaches, so it consumes nothing.
+inline void probe_progress(MPI_Comm comm) noexcept {
+  int flag = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
+}
+
 /// The first cache-line boundary at or after `p`. Every rank aligns its part
 /// of a shared window so, and lands on the same byte in every mapping (the
 /// offset within a page is the same); the slack is at most 63 bytes.

@@ -111,68 +111,228 @@ struct ShmControl {
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uint32_t>::is_always_lock_free,
               "polycoll: the shared-memory window needs lock-free atomics (they live in memory two processes map)");
 
-/// The window of one 2-rank communicator: created on the first call that
-/// needs it, grown (freed and created again, collectively) when a larger
-/// message comes, released by release(). Not thread-safe: the communicator's
+/// Whether an all_reduce window over `comm` (of `size` ranks) may be made:
+/// every rank on one node (MPI_Comm_split_type) and POLYCOLL_MPI_SHM not 0 on
+/// any (shm_allowed). Collective over comm; one MPI_Allreduce gives every
+/// rank the same answer in `use`. Returns an MPI error code.
+inline int window_wanted(MPI_Comm comm, std::size_t size, bool& use) noexcept {
+  use = false;
+  MPI_Comm node = MPI_COMM_NULL;
+  int rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  if (rc != MPI_SUCCESS) return rc;
+  int n = 0;
+  rc = MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  if (rc != MPI_SUCCESS) return rc;
+  int ok = static_cast<std::size_t>(n) == size && shm_allowed() ? 1 : 0;
+  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+  use = rc == MPI_SUCCESS && ok != 0;
+  return rc;
+}
+
+/// Allocates this rank's segment of `seg` bytes (64 of them slack for the
+/// alignment) of a shared window over `comm`, collectively, and maps every
+/// rank's: segs[j] is rank j's segment, aligned to a cache line, its
+/// ShmControl initialised by its owner. `ready` says whether every rank
+/// could (the window was made, reports MPI_WIN_UNIFIED and maps): agreed on
+/// with one MPI_Allreduce before any rank touches a peer's control block, so
+/// a failure on one rank is a failure on all, and the window is then freed
+/// (or, if the agreement itself failed, left to MPI_Finalize). A ready window
+/// is registered with the finalize hook under `id`. Returns an MPI error code.
+inline int map_window(MPI_Comm comm, std::size_t rank, std::size_t size, MPI_Aint seg, MPI_Win& win,
+                      std::vector<std::byte*>& segs, std::uint64_t& id, bool& ready) noexcept {
+  ready = false;
+  MPI_Info info = MPI_INFO_NULL;
+  // Each rank's segment separately (page-aligned, first touched by its owner).
+  if (MPI_Info_create(&info) == MPI_SUCCESS) MPI_Info_set(info, "alloc_shared_noncontig", "true");
+  void* base = nullptr;
+  int rc = MPI_Win_allocate_shared(seg, 1, info, comm, &base, &win);
+  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  int ok[2] = {rc == MPI_SUCCESS ? 1 : 0, 0};  // window created here; usable here
+  if (rc != MPI_SUCCESS) win = MPI_WIN_NULL;
+  // The finalize hook must be there to free it (process.hpp).
+  if (ok[0] != 0 && install_hook() == MPI_SUCCESS && unified(win) && base != nullptr) {
+    bool mapped = true;
+    try {
+      segs.assign(size, nullptr);
+    } catch (...) {
+      mapped = false;
+    }
+    // Open MPI 4.1 returns segments aligned to 8 bytes only (and rounds
+    // their size up to pages); every rank aligns each start to a cache line,
+    // which lands on the same byte in every mapping (align64).
+    for (std::size_t j = 0; mapped && j < size; ++j) {
+      MPI_Aint bytes = 0;
+      int unit = 0;
+      void* at = nullptr;
+      mapped = MPI_Win_shared_query(win, static_cast<int>(j), &bytes, &unit, &at) == MPI_SUCCESS && bytes >= seg &&
+               at != nullptr;
+      if (mapped) segs[j] = align64(at);
+    }
+    if (mapped) {
+      new (segs[rank]) ShmControl();
+      ok[1] = 1;
+    }
+  }
+  rc = MPI_Allreduce(MPI_IN_PLACE, ok, 2, MPI_INT, MPI_MIN, comm);
+  if (rc != MPI_SUCCESS) return rc;  // the window, if any, is left to MPI_Finalize
+  if (ok[1] == 0) {
+    if (ok[0] != 0) MPI_Win_free(&win);  // created on every rank: free it together
+    return MPI_SUCCESS;
+  }
+  // Registered for the finalize hook (process.hpp), which frees it with the
+  // other ranks if its communicator outlives MPI_Finalize.
+  id = register_window(win);
+  ready = true;
+  return MPI_SUCCESS;
+}
+
+/// Waits for `counter` to reach call q. Past the first polls it also drives
+/// MPI's progress engine (MPI_Iprobe on `comm`, the communicator's private
+/// dup, which no message of the user's reaches, so it consumes nothing): a
+/// blocking MPI_Allreduce progresses the rank's other MPI traffic while it
+/// waits, and a peer may need exactly that to get here (say it is in an
+/// MPI_Ssend to this rank whose matching receive this rank posted before the call).
+inline void wait_for(const std::atomic<std::uint64_t>& counter, std::uint64_t q, MPI_Comm comm) noexcept {
+  if (counter.load(std::memory_order_acquire) >= q) return;
+  unsigned idle = 0;
+  while (counter.load(std::memory_order_acquire) < q) {
+    if (idle >= 16) probe_progress(comm);
+    back_off(idle);
+  }
+}
+
+/// What the all_reduce windows share (PairShm below; NodeShm,
+/// node_shm.hpp): one segment per rank of a communicator whose ranks all run
+/// on one node, every rank mapping every segment; its life: made on the first
+/// call that needs it, grown (freed and made again, collectively) when a
+/// larger message comes, freed collectively within a bound by release(); and
+/// the waits, which drive MPI's progress. Each segment is a ShmControl, then
+/// two buffer sets of set_bytes_. Not thread-safe: the communicator's
 /// submission lock serialises every use.
-class PairShm {
+class ShmWindow {
  public:
+  ShmWindow() = default;
+  ShmWindow(const ShmWindow&) = delete;
+  ShmWindow& operator=(const ShmWindow&) = delete;
+
+  [[nodiscard]] bool ready() const noexcept { return state_ == State::ready; }
+  /// Bytes of this rank's segment; 0 when there is none.
+  [[nodiscard]] std::size_t segment_bytes() const noexcept {
+    return state_ == State::ready ? header + 2 * set_bytes_ + 64 : 0;
+  }
+
+  /// Frees the window, collectively with every rank, if they all come to
+  /// free it within `bound`; otherwise leaves it to MPI_Finalize, where
+  /// polycoll's finalize hook frees it on every rank (the drop contract:
+  /// never block past the bound), and returns false. Call only while MPI is
+  /// usable, after the last all_reduce on this rank.
+  bool release(std::chrono::milliseconds bound) noexcept {
+    if (state_ != State::ready) return true;
+    state_ = State::unavailable;
+    // Agreement on one word in rank 0's block (process.hpp, meet): if the
+    // bound expires first, a waiting rank withdraws and the late ranks,
+    // seeing that, do not call the collective MPI_Win_free either. The wait
+    // drives MPI's progress: a peer may need it to get to its destructor.
+    auto& word = control(seg_[0]).closing;
+    if (!meet(word, static_cast<std::uint32_t>(size_), bound, [this] { probe_progress(comm_); })) {
+      return false;  // every rank keeps it registered
+    }
+    free_registered(id_, win_);
+    return true;
+  }
+
+ protected:
   enum class State : std::uint8_t { untried, ready, unavailable };
 
-  PairShm() = default;
-  PairShm(const PairShm&) = delete;
-  PairShm& operator=(const PairShm&) = delete;
+  static constexpr std::size_t header = (sizeof(ShmControl) + 63) / 64 * 64;
+  static constexpr std::size_t min_set_bytes = 64 * 1024;
 
-  /// Makes the window ready for a message of `count` elements of `elem_size`
-  /// bytes (<= shm_to_bytes in all) over the 2-rank `comm` (this rank:
-  /// `rank`), which the waits also use to drive MPI's progress; collective over comm, in the same
-  /// call on both ranks. Returns MPI_SUCCESS with ready() telling whether the
-  /// path can be used (false for ranks on different nodes, an MPI without a
-  /// unified shared window, or an allocation refused on either rank: then it
-  /// is never tried again), or an MPI error code.
-  int ensure(MPI_Comm comm, std::size_t rank, std::size_t count, std::size_t elem_size) noexcept {
-    if (state_ == State::unavailable) return MPI_SUCCESS;
-    const std::size_t need = set_bytes_for(count, elem_size);
-    if (state_ == State::ready && need <= set_bytes_) return MPI_SUCCESS;
+  static ShmControl& control(std::byte* segment) noexcept {
+    return *std::launder(reinterpret_cast<ShmControl*>(segment));
+  }
+
+  /// True when the window is ready with buffer sets of at least `need` bytes.
+  [[nodiscard]] bool holds(std::size_t need) const noexcept { return state_ == State::ready && need <= set_bytes_; }
+
+  /// Makes the window ready with buffer sets of at least `need` bytes over
+  /// `comm` (the communicator's private dup, of `size` ranks; this rank:
+  /// `rank`), which the waits also use to drive MPI's progress; collective
+  /// over comm, in the same call on every rank. Returns MPI_SUCCESS with
+  /// ready() telling whether the path can be used (false when the ranks span
+  /// nodes, POLYCOLL_MPI_SHM=0 on any, for an MPI without a unified shared
+  /// window, or an allocation refused on any rank: then it is never tried
+  /// again), or an MPI error code.
+  int prepare(MPI_Comm comm, std::size_t rank, std::size_t size, std::size_t need) noexcept {
+    if (state_ == State::unavailable || holds(need)) return MPI_SUCCESS;
     if (state_ == State::untried) {
-      // Both ranks on one node? Checked once; the split is local to this call.
-      MPI_Comm node = MPI_COMM_NULL;
-      int rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-      if (rc != MPI_SUCCESS) return rc;
-      int n = 0;
-      rc = MPI_Comm_size(node, &n);
-      MPI_Comm_free(&node);
-      if (rc != MPI_SUCCESS) return rc;
-      // Both on one node (the same answer on both ranks: otherwise each is
-      // alone on its node), and allowed on both (shm_allowed).
-      int use = n == 2 && shm_allowed() ? 1 : 0;
-      rc = MPI_Allreduce(MPI_IN_PLACE, &use, 1, MPI_INT, MPI_MIN, comm);
-      if (rc != MPI_SUCCESS) return rc;
-      if (use == 0) {
+      // Every rank on one node, and allowed? Checked once.
+      bool use = false;
+      if (const int rc = window_wanted(comm, size, use); rc != MPI_SUCCESS) return rc;
+      if (!use) {
         state_ = State::unavailable;
         return MPI_SUCCESS;
       }
     } else {
-      // Growing: both ranks are in this call. The barrier makes sure the
-      // peer is past its last read of this rank's segment before MPI_Win_free
-      // unmaps it.
+      // Growing: every rank is in this call. The barrier makes sure no rank
+      // still reads a segment when MPI_Win_free unmaps it.
       state_ = State::unavailable;  // if the barrier fails, the window is left to MPI_Finalize
       if (const int rc = MPI_Barrier(comm); rc != MPI_SUCCESS) return rc;
       free_registered(id_, win_);
     }
     rank_ = rank;
+    size_ = size;
     comm_ = comm;
-    return create(comm, std::max(std::bit_ceil(need), min_set_bytes));
+    const std::size_t set_bytes = std::max(std::bit_ceil(need), min_set_bytes);
+    bool ok = false;
+    const int rc =
+        map_window(comm, rank_, size_, static_cast<MPI_Aint>(header + 2 * set_bytes + 64), win_, seg_, id_, ok);
+    if (rc != MPI_SUCCESS || !ok) {
+      state_ = State::unavailable;
+      return rc;
+    }
+    set_bytes_ = set_bytes;
+    seq_ = 0;
+    state_ = State::ready;
+    return MPI_SUCCESS;
   }
 
-  [[nodiscard]] bool ready() const noexcept { return state_ == State::ready; }
+  void wait_for(const std::atomic<std::uint64_t>& counter, std::uint64_t q) const noexcept {
+    mpi::wait_for(counter, q, comm_);
+  }
+
+  MPI_Win win_ = MPI_WIN_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL;  // the communicator's private dup (not owned)
+  std::uint64_t id_ = 0;           // in the finalize hook's list
+  std::vector<std::byte*> seg_;    // every rank's segment, this rank's included
+  std::size_t set_bytes_ = 0;
+  std::size_t rank_ = 0;
+  std::size_t size_ = 0;
+  std::uint64_t seq_ = 0;
+  State state_ = State::untried;
+};
+
+/// The window of one 2-rank communicator (ShmWindow), with the three
+/// algorithms of the file comment and the consistency check's lines.
+class PairShm : public ShmWindow {
+ public:
+  /// Makes the window ready for a message of `count` elements of `elem_size`
+  /// bytes (<= shm_to_bytes in all) over the 2-rank `comm` (ShmWindow::prepare).
+  int ensure(MPI_Comm comm, std::size_t rank, std::size_t count, std::size_t elem_size) noexcept {
+    const std::size_t need = set_bytes_for(count, elem_size);
+    if (holds(need)) return MPI_SUCCESS;
+    const int rc = prepare(comm, rank, 2, need);
+    if (ready()) {
+      mine_ = seg_[rank_];
+      peer_ = seg_[1 - rank_];
+    }
+    return rc;
+  }
+
   /// True when the window is ready and holds a message of `count` elements
   /// of `elem_size` bytes without growing (ensure() would do nothing).
   [[nodiscard]] bool fits(std::size_t count, std::size_t elem_size) const noexcept {
-    return state_ == State::ready && set_bytes_for(count, elem_size) <= set_bytes_;
-  }
-  [[nodiscard]] std::size_t segment_bytes() const noexcept {
-    return state_ == State::ready ? header + 2 * set_bytes_ + 64 : 0;
+    return holds(set_bytes_for(count, elem_size));
   }
 
   /// In-place all_reduce of `count` (> 0) elements of D (bytes <= the size
@@ -207,104 +367,12 @@ class PairShm {
     return arrive_checked(q, fp);
   }
 
-  /// Frees the window, collectively with the peer, if the peer comes to free
-  /// it within `bound`; otherwise leaves it to MPI_Finalize, where polycoll's
-  /// finalize hook frees it on both ranks (the drop contract: never block past
-  /// the bound), and returns false. Call only while
-  /// MPI is usable, after the last all_reduce on this rank.
-  bool release(std::chrono::milliseconds bound) noexcept {
-    if (state_ != State::ready) return true;
-    state_ = State::unavailable;
-    // Agreement on one word in rank 0's block (process.hpp, meet): if the
-    // bound expires first, the waiting rank withdraws and the late rank,
-    // seeing that, does not call the collective MPI_Win_free either. The
-    // wait drives MPI's progress: the peer may need it to get to its destructor.
-    auto& word = control(rank_ == 0 ? mine_ : peer_).closing;
-    if (!meet(word, 2, bound, [this] { progress(); })) return false;  // both keep it registered
-    free_registered(id_, win_);
-    return true;
-  }
-
  private:
-  static constexpr std::size_t header = (sizeof(ShmControl) + 63) / 64 * 64;
-  static constexpr std::size_t min_set_bytes = 64 * 1024;
-
   // One buffer set holds the operand slot and the reduced slot of the halves
   // algorithm, each the larger half (ceil(count / 2) elements) rounded up to a
   // cache line; the one-phase algorithm uses the set as one slot of >= bytes.
   static std::size_t set_bytes_for(std::size_t count, std::size_t elem_size) noexcept {
     return 2 * (((count + 1) / 2 * elem_size + 63) / 64 * 64);
-  }
-  static ShmControl& control(std::byte* segment) noexcept {
-    return *std::launder(reinterpret_cast<ShmControl*>(segment));
-  }
-
-  int create(MPI_Comm comm, std::size_t set_bytes) noexcept {
-    MPI_Info info = MPI_INFO_NULL;
-    // Each rank's segment separately (page-aligned, first touched by its owner).
-    if (MPI_Info_create(&info) == MPI_SUCCESS) MPI_Info_set(info, "alloc_shared_noncontig", "true");
-    void* base = nullptr;
-    // 64 bytes of slack: Open MPI 4.1 returns segments aligned to 8 bytes only
-    // (and rounds their size up to pages); both ranks align the start to a
-    // cache line, which lands on the same byte in both mappings (the offset
-    // within a page is the same).
-    const auto seg = static_cast<MPI_Aint>(header + 2 * set_bytes + 64);
-    int rc = MPI_Win_allocate_shared(seg, 1, info, comm, &base, &win_);
-    if (info != MPI_INFO_NULL) MPI_Info_free(&info);
-    int ok[2] = {rc == MPI_SUCCESS ? 1 : 0, 0};  // window created here; usable here
-    if (rc != MPI_SUCCESS) win_ = MPI_WIN_NULL;
-    // The finalize hook must be there to free it (process.hpp).
-    if (ok[0] != 0 && install_hook() == MPI_SUCCESS) {
-      MPI_Aint peer_size = 0;
-      int unit = 0;
-      void* peer_base = nullptr;
-      if (unified(win_) &&
-          MPI_Win_shared_query(win_, rank_ == 0 ? 1 : 0, &peer_size, &unit, &peer_base) == MPI_SUCCESS &&
-          peer_size >= seg && peer_base != nullptr && base != nullptr) {
-        mine_ = align64(base);
-        peer_ = align64(peer_base);
-        new (mine_) ShmControl();
-        ok[1] = 1;
-      }
-    }
-    // Agree before either rank uses the window: the peer's control block is
-    // initialised once this returns, and a failure on one rank is a failure on both.
-    rc = MPI_Allreduce(MPI_IN_PLACE, ok, 2, MPI_INT, MPI_MIN, comm);
-    if (rc != MPI_SUCCESS) {
-      state_ = State::unavailable;  // the window, if any, is left to MPI_Finalize
-      return rc;
-    }
-    if (ok[1] == 0) {
-      if (ok[0] != 0) MPI_Win_free(&win_);  // created on both ranks: free it together
-      state_ = State::unavailable;
-      return MPI_SUCCESS;
-    }
-    // Registered for the finalize hook (process.hpp), which frees it with the
-    // peer if this communicator outlives MPI_Finalize.
-    id_ = register_window(win_);
-    set_bytes_ = set_bytes;
-    seq_ = 0;
-    state_ = State::ready;
-    return MPI_SUCCESS;
-  }
-
-  // Waits for the peer's counter to reach call q. Past the first polls it
-  // also drives MPI's progress engine (MPI_Iprobe on the private dup, which
-  // no message of the user's reaches, so it consumes nothing): a blocking
-  // MPI_Allreduce progresses the rank's other MPI traffic while it waits, and
-  // the peer may need exactly that to get here (say it is in an MPI_Ssend
-  // to this rank whose matching receive this rank posted before the call).
-  void wait_for(const std::atomic<std::uint64_t>& counter, std::uint64_t q) const noexcept {
-    if (counter.load(std::memory_order_acquire) >= q) return;
-    unsigned idle = 0;
-    while (counter.load(std::memory_order_acquire) < q) {
-      if (idle >= 16) progress();
-      back_off(idle);
-    }
-  }
-  void progress() const noexcept {
-    int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
   }
 
   // The one-phase algorithm with the operand in the line of its sequence
@@ -415,15 +483,8 @@ class PairShm {
     return true;
   }
 
-  MPI_Win win_ = MPI_WIN_NULL;
-  MPI_Comm comm_ = MPI_COMM_NULL;  // the 2-rank dup (not owned)
-  std::uint64_t id_ = 0;           // in the finalize hook's list
-  std::byte* mine_ = nullptr;
+  std::byte* mine_ = nullptr;  // seg_[rank_] and seg_[1 - rank_], as ensure() left them
   std::byte* peer_ = nullptr;
-  std::size_t set_bytes_ = 0;
-  std::size_t rank_ = 0;
-  std::uint64_t seq_ = 0;
-  State state_ = State::untried;
 };
 
 }  // namespace polycoll::detail::mpi
