@@ -432,28 +432,31 @@ TEST_CASE("consistency check: count, op, dtype, root and call mismatches are Err
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// Without op_timeout, 2 ranks on one node: once the first all_reduce made the
+// Without op_timeout, every rank on one node (2 ranks: the 2-rank window; 3
+// or more: the node window): once the first all_reduce made the
 // shared-memory window, the check travels through it (a window all_reduce
 // carries its fingerprint with its operand in one line; every other call
 // sends its fingerprint alone through the same line). Each mismatch pairs
-// one path with another, and each must be Errc::mismatch on both ranks
-// naming the other's call. No op_timeout (it would take the window out of
+// one path with another, and each must be Errc::mismatch on every rank
+// naming another's call. No op_timeout (it would take the window out of
 // play), so a broken check hangs until meson's test timeout.
-TEST_CASE("consistency check through the 2-rank shared-memory window: every pairing of paths",
+TEST_CASE("consistency check through the shared-memory window: every pairing of paths",
           "[mpi][check][window]") {
   Options o;
   o.check_consistency = true;
   Mpi comm = world(o);
   const std::size_t w = comm.world_size(), r = comm.rank();
-  if (w != 2) return;  // the window serves 2-rank communicators only
-  const bool odd = r == 1;
+  if (w < 2) return;  // one rank agrees with itself
+  const bool odd = r == w - 1;  // the rank that calls something else
   std::uint64_t seq = 0;
   auto theirs = [&](const std::string& text) {
-    return std::string(odd ? "rank 0 called #" : "rank 1 called #") + std::to_string(seq) + " " + text;
+    return (odd ? std::string("rank 0 called #") : "rank " + std::to_string(w - 1) + " called #") +
+           std::to_string(seq) + " " + text;
   };
   // f32 counts: 10 = 40 bytes (in the line with the fingerprint), 12 = 48 and
   // 14 = 56 bytes (in the line without the check; with it, one phase through
-  // the buffer set), 256 = 1 KiB (one phase), 16384 = 64 KiB (halves).
+  // the buffer set), 256 = 1 KiB (one phase), 16384 = 64 KiB (halves at 2
+  // ranks, reduce-scatter + all-gather at 3 or more).
   std::vector<float> a(16384 + 1), b(16384 + 1);
   auto fill = [&] {
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(r + 1) * static_cast<float>(i % 7 + 1);
@@ -461,9 +464,10 @@ TEST_CASE("consistency check through the 2-rank shared-memory window: every pair
   auto reduce = [&](std::size_t n) {
     return comm.all_reduce(std::span<float>(a.data(), n), polycoll::sum);
   };
-  auto right = [&](std::size_t n) {  // sum over ranks 1 and 2 of (rank + 1) * (i % 7 + 1)
+  const auto ranks_sum = static_cast<float>(w * (w + 1) / 2);
+  auto right = [&](std::size_t n) {  // the sum over the ranks of (rank + 1) * (i % 7 + 1)
     for (std::size_t i = 0; i < n; ++i) {
-      if (a[i] != 3.0f * static_cast<float>(i % 7 + 1)) return false;
+      if (a[i] != ranks_sum * static_cast<float>(i % 7 + 1)) return false;
     }
     return true;
   };
@@ -475,7 +479,7 @@ TEST_CASE("consistency check through the 2-rank shared-memory window: every pair
   if (comm.shared_window_bytes() == 0) {
     // Ranks on different nodes, or an MPI without a unified shared window:
     // the check all-gathers, which the case above covers.
-    WARN("no shared-memory window between the 2 ranks: nothing to check here");
+    WARN("no shared-memory window between the ranks: nothing to check here");
     MPI_Barrier(MPI_COMM_WORLD);
     return;
   }
@@ -548,11 +552,13 @@ TEST_CASE("consistency check through the 2-rank shared-memory window: every pair
     }
   }
   SECTION("an all_reduce that would grow the window against one it carries as it is") {
-    std::vector<float> big(1 << 20);
+    // The largest message each window takes: it grows the window.
+    std::vector<float> big((w == 2 ? detail::mpi::shm_to_bytes : detail::mpi::node_shm_to_bytes(w)) / 4);
+    const std::string n = std::to_string(big.size());
     ++seq;
     const Status s = odd ? comm.all_reduce(std::span<float>(big), polycoll::sum) : reduce(256);
-    expect_mismatch(s, odd ? "all_reduce(count=1048576" : "all_reduce(count=256",
-                    theirs(odd ? "all_reduce(count=256, dtype=f32, op=sum)" : "all_reduce(count=1048576, dtype=f32, op=sum)"),
+    expect_mismatch(s, odd ? "all_reduce(count=" + n : "all_reduce(count=256",
+                    theirs(odd ? "all_reduce(count=256, dtype=f32, op=sum)" : "all_reduce(count=" + n + ", dtype=f32, op=sum)"),
                     r, w);
   }
   // After any mismatch the ranks are still in step: matching calls work,

@@ -1,5 +1,7 @@
 // Compiled by nvcc -std=c++20: the Nccl backend is valid CUDA C++, next to a
-// kernel, with its templates instantiated through the typed and seed surfaces.
+// kernel; with POLYCOLL_HEADER_ONLY (test nvcc_nccl_header_only) its
+// definitions too, its templates instantiated through the typed and seed
+// surfaces.
 #include <polycoll/any_communicator.hpp>
 #include <polycoll/backends/nccl.hpp>
 

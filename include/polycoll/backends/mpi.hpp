@@ -435,14 +435,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // Errc::mismatch on every rank, naming what each differing rank called,
   // instead of a hang or corrupted data. Lock held. Where the fingerprints
   // travel:
-  // - the 2-rank shared-memory window, once it exists (the first window
-  //   all_reduce makes it), without op_timeout: a window all_reduce carries
-  //   the packed fingerprint in the line that announces its operand
-  //   (all_reduce_into), every other collective sends it alone through the
-  //   same line (PairShm::check_only), so both meet whatever each called;
+  // - the shared-memory window of a communicator whose ranks all run on one
+  //   node (2 ranks: PairShm; 3 or more: NodeShm), once it exists (the
+  //   first window all_reduce makes it), blocking and without op_timeout: a
+  //   window all_reduce carries the packed fingerprint in the line that
+  //   announces its operand (all_reduce_into), every other collective sends
+  //   it alone through the same line (check_only), so all ranks meet
+  //   whatever each called;
   // - otherwise one MPI_Allgather of 48 bytes per rank per collective.
-  // The window only says whether the fingerprints match: on a mismatch both
-  // ranks then all-gather the full ones for the message (mismatch_detail).
+  // The window only says whether the fingerprints match: on a mismatch every
+  // rank then all-gathers the full ones for the message (mismatch_detail).
   // Inline flag test, out-of-line exchange: with the check off, a collective
   // pays one load and branch (the success Status folds away).
   Status check(const detail::CallDesc& call, const std::optional<detail::Clock::time_point>& deadline) {
@@ -458,17 +460,20 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     c.reproducible = c.has_op && state_->options.reproducible;
     return c;
   }
-  // The window carries the check (see above): the same answer on both ranks
-  // of a 2-rank communicator, whose window state changes only in calls both
-  // make together.
+  // The window carries the check (see above): the same answer on every
+  // rank, as the window's state changes only in calls all ranks make together.
   bool window_checks(const std::optional<detail::Clock::time_point>& deadline) const noexcept {
-    return !nonblocking && !deadline && state_->size == 2 && state_->shm.ready();
+    return !nonblocking && !deadline &&
+           (state_->size == 2 ? state_->shm.ready() : state_->size >= 3 && state_->node_shm.ready());
   }
   [[gnu::noinline]] Status check_fingerprints(const detail::CallDesc& call,
                                               const std::optional<detail::Clock::time_point>& deadline) {
     const detail::CallDesc c = checked(call);
     const bool window = window_checks(deadline);
-    if (window && state_->shm.check_only(detail::pack_fingerprint(c))) return {};
+    if (window) {
+      const detail::PackedFingerprint fp = detail::pack_fingerprint(c);
+      if (state_->size == 2 ? state_->shm.check_only(fp) : state_->node_shm.check_only(fp)) return {};
+    }
     return mismatch_detail(c, deadline, window);
   }
   // All-gathers the full fingerprints and compares them: the check itself
@@ -530,8 +535,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     // growth) sends its fingerprint with its operand (check() above).
     std::optional<detail::CallDesc> rides;
     if constexpr (pair_algorithms<D, Op>) {
-      if (state_->check && window_checks(dl) && count != 0 && bytes <= detail::mpi::shm_to_bytes &&
-          state_->shm.fits(count, sizeof(T)) && !ordered<D, Op>()) {
+      // (window_checks: the window of this size of communicator is ready.)
+      const auto fits = [&] {
+        return state_->size == 2 ? bytes <= detail::mpi::shm_to_bytes && state_->shm.fits(count, sizeof(T))
+                                 : bytes <= detail::mpi::node_shm_to_bytes(state_->size) &&
+                                       state_->node_shm.fits(count, sizeof(T));
+      };
+      if (state_->check && window_checks(dl) && count != 0 && fits() && !ordered<D, Op>()) {
         entering(c);
         if (auto s = room(c); !s) return s;
         rides = checked(c);
@@ -606,7 +616,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (node all_reduce window)");
           }
           if (state_->node_shm.ready()) {
-            state_->node_shm.template all_reduce<D, Op>(send ? static_cast<const void*>(send) : buf, buf, count);
+            // As at 2 ranks: with the check riding, a mismatch leaves `buf` as it was.
+            const void* const operand = send ? static_cast<const void*>(send) : buf;
+            if (rides) {
+              const detail::PackedFingerprint fp = detail::pack_fingerprint(*rides);
+              if (!state_->node_shm.template all_reduce<D, Op>(operand, buf, count, &fp)) [[unlikely]] {
+                return mismatch_detail(*rides, dl, true);
+              }
+            } else {
+              state_->node_shm.template all_reduce<D, Op>(operand, buf, count);
+            }
             send = nullptr;
             done = true;
           }
@@ -1426,7 +1445,7 @@ void BasicMpi<Policies>::release() noexcept {
     auto guard = lock();
     // One bound for everything the destruction may wait for (the drop
     // contract): the pending operations, the status board's agreement (at
-    // most board_meet) and the 2-rank window's, each with what is left of it.
+    // most board_meet) and the all_reduce window's, each with what is left of it.
     const auto until = detail::Clock::now() + s.options.drop_timeout;
     const auto left = [&until] {
       const auto now = detail::Clock::now();

@@ -45,6 +45,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -54,19 +55,21 @@
 
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/shm.hpp>
+#include <polycoll/detail/call.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/reduce_op.hpp>
 
 namespace polycoll::detail::mpi {
 
 /// Bytes of the whole buffer up to which an all_reduce over p >= 3 ranks on
-/// one node takes the window: 1 MiB, less from 32 ranks on, so that the
-/// node's segments (each rank's holds two buffer sets of the message and a
-/// slice) stay within ~2 x 32 MiB together. Above, MPI's own allreduce,
-/// whose algorithms for large messages pipeline what this one does in two
-/// bulk phases.
+/// one node takes the window: 1 MiB, less from 17 ranks on (16 MiB / p), so
+/// that the node's segments (each rank's holds two buffer sets, each the
+/// message rounded up to a power of two and a slice of it) stay within
+/// ~2 x 16 MiB x (1 + 1/p) together, well inside a container's 64 MiB
+/// /dev/shm. Above, MPI's own allreduce, whose algorithms for large
+/// messages pipeline what this one does in two bulk phases.
 constexpr std::size_t node_shm_to_bytes(std::size_t p) noexcept {
-  const std::size_t budget = std::size_t{32} * 1024 * 1024;
+  const std::size_t budget = std::size_t{16} * 1024 * 1024;
   return std::min<std::size_t>(std::size_t{1} << 20, budget / (p == 0 ? 1 : p));
 }
 
@@ -80,33 +83,57 @@ class NodeShm : public ShmWindow {
   /// communicator's private dup, of `size` >= 3 ranks; this rank: `rank`):
   /// ShmWindow::prepare.
   int ensure(MPI_Comm comm, std::size_t rank, std::size_t size, std::size_t count, std::size_t elem_size) noexcept {
-    return prepare(comm, rank, size, set_bytes_for(count, elem_size, size));
+    const std::size_t need = set_bytes_for(count, elem_size, size);
+    if (holds(need)) return MPI_SUCCESS;
+    // The operand's part a power of two, so that a window that grows grows
+    // at most log2 times; the slice's part (ceil(count / p) elements of at
+    // most 16 bytes) fits in round64(b / p + 64).
+    const std::size_t b = std::bit_ceil(round64(count * elem_size));
+    return prepare(comm, rank, size, need, b + round64(b / size + 64));
+  }
+
+  /// True when the window is ready and holds a message of `count` elements
+  /// of `elem_size` bytes without growing (ensure() would do nothing).
+  [[nodiscard]] bool fits(std::size_t count, std::size_t elem_size) const noexcept {
+    return ready() && holds(set_bytes_for(count, elem_size, size_));
   }
 
   /// In-place all_reduce of `count` (> 0) elements of D (bytes <= the size
   /// given to ensure()), reducing through user_fn<D, Op> (Avg: the Sum step
   /// only, the caller divides). The operand is read from `src` (`buf`
   /// itself, or a disjoint array). Blocks until the result is in `buf`.
+  /// With `fp` (the consistency check on), the call's packed fingerprint
+  /// travels in the line that announces its arrival: when any rank's
+  /// differs, it returns false before touching `buf`, and so does every
+  /// other rank, in whatever call it made (see arrive_checked).
   template <DType D, ReduceOp Op>
-  void all_reduce(const void* src, void* buf, std::size_t count) noexcept {
+  bool all_reduce(const void* src, void* buf, std::size_t count, const PackedFingerprint* fp = nullptr) noexcept {
     const std::size_t bytes = count * size_of(D);
     const auto* from = static_cast<const std::byte*>(src);
     auto* to = static_cast<std::byte*>(buf);
     const std::uint64_t q = ++seq_;
-    if (bytes <= shm_inline_bytes) {
+    if (bytes <= (fp ? shm_checked_inline_bytes : shm_inline_bytes)) {
       ShmLine& mine = control(seg_[rank_]).lines[q & 1];
       std::memcpy(mine.data, from, bytes);
-      mine.seq.store(q, std::memory_order_release);
-      for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).lines[q & 1].seq, q);
+      if (fp) {
+        if (!arrive_checked(q, *fp)) return false;
+      } else {
+        mine.seq.store(q, std::memory_order_release);
+        for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).lines[q & 1].seq, q);
+      }
       fold<D, Op>(to, count, [&](std::size_t j) { return control(seg_[j]).lines[q & 1].data; });
-      return;
+      return true;
     }
     std::memcpy(operand(rank_, q), from, bytes);
-    control(seg_[rank_]).posted.store(q, std::memory_order_release);
-    for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
+    if (fp) {
+      if (!arrive_checked(q, *fp)) return false;
+    } else {
+      control(seg_[rank_]).posted.store(q, std::memory_order_release);
+      for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
+    }
     if (bytes <= shm_one_phase_to_bytes) {
       fold<D, Op>(to, count, [&](std::size_t j) { return operand(j, q); });
-      return;
+      return true;
     }
     // Reduce-scatter: this rank folds its slice straight into buf (its own
     // operand is in its segment already), then publishes it.
@@ -130,7 +157,14 @@ class NodeShm : public ShmWindow {
       const auto [s, m] = slice(j);
       std::memcpy(to + s * es, operand(j, q) + at, m * es);
     }
+    return true;
   }
+
+  /// The consistency check of a call that moves nothing through the window
+  /// (every collective but a window all_reduce, with the check on): the
+  /// fingerprint alone, in the line of the next sequence number. True when
+  /// every rank's matches. Blocks until every rank arrives, like all_reduce.
+  bool check_only(const PackedFingerprint& fp) noexcept { return arrive_checked(++seq_, fp); }
 
  private:
   // Elements per fold block: the accumulator stays in L1 while the p
@@ -144,6 +178,29 @@ class NodeShm : public ShmWindow {
     return round64(count * elem_size) + round64(slice_elements(count, p) * elem_size);
   }
   std::byte* operand(std::size_t j, std::uint64_t q) const noexcept { return seg_[j] + header + (q & 1) * set_bytes_; }
+
+  // Call q's arrival with the consistency check on: the packed fingerprint
+  // in the last bytes of line q % 2 (data written before it, in the line or
+  // in buffer set q % 2, is published by the same release store), then every
+  // rank's line, compared with this rank's. Every rank reaches the same
+  // verdict: if any two fingerprints differ, each rank's differs from some
+  // other rank's. Waits for every rank even past a difference, so that all
+  // leave the call together.
+  bool arrive_checked(std::uint64_t q, const PackedFingerprint& fp) noexcept {
+    ShmLine& mine = control(seg_[rank_]).lines[q & 1];
+    std::memcpy(mine.data + shm_checked_inline_bytes, &fp, sizeof fp);
+    mine.seq.store(q, std::memory_order_release);
+    bool same = true;
+    for (std::size_t j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      const ShmLine& theirs = control(seg_[j]).lines[q & 1];
+      wait_for(theirs.seq, q);
+      PackedFingerprint f;
+      std::memcpy(&f, theirs.data + shm_checked_inline_bytes, sizeof f);
+      same = same && f == fp;
+    }
+    return same;
+  }
 
   // out[0, n) = operand 0 OP operand 1 ... OP operand p-1 (at_rank(j) points
   // at rank j's first element), a block at a time.

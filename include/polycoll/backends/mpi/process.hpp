@@ -73,7 +73,7 @@ struct ProcessState {
   std::array<std::atomic<bool>, op_slots> ready{};
   std::array<MPI_Op, op_slots> ops{};
   SubmitLock serial;  // every MPI call, when the thread level is below MPI_THREAD_MULTIPLE
-  // The shared-memory windows not yet freed (the 2-rank all_reduce's,
+  // The shared-memory windows not yet freed (the all_reduce windows,
   // backends/mpi/shm.hpp, and the status boards, backends/mpi/board.hpp), by
   // id in creation order: those of communicators still alive at MPI_Finalize,
   // and those whose ranks did not meet at destruction. Every rank of a
@@ -143,7 +143,7 @@ inline int install_hook() noexcept {
 }
 
 // ------------------------------------------------------------ shared-memory windows
-// What the 2-rank all_reduce's window (shm.hpp) and the status board
+// What the all_reduce windows (shm.hpp, node_shm.hpp) and the status board
 // (board.hpp) share: their layout, the finalize hook's list, the teardown.
 
 /// False when this process's environment says POLYCOLL_MPI_SHM=0: the

@@ -11,11 +11,12 @@
 /// message; MPICH: copy in and copy out of its queues) cost more than the
 /// bytes (docs/mpi.md, "The shared-memory window", has the figures).
 ///
-/// Two algorithms over the same segments, by size:
+/// Three algorithms over the same segments, by size:
+/// - in the line (up to shm_inline_bytes, 56; 40 with the consistency check
+///   on): each rank writes its operand into the cache line of its sequence
+///   number; both ranks reduce all n elements;
 /// - one phase (up to shm_one_phase_to_bytes): each rank copies its whole
-///   operand into its segment (up to 56 bytes, 40 with the consistency
-///   check on, into the cache line of the sequence number itself); both
-///   ranks reduce all n elements;
+///   operand into its segment; both ranks reduce all n elements;
 /// - halves (above): rank 0 reduces the first half and rank 1 the rest, each
 ///   reading the peer's half out of the peer's segment, then each copies the
 ///   peer's reduced half out of the peer's segment. The same bytes cross
@@ -263,7 +264,8 @@ class ShmWindow {
   /// nodes, POLYCOLL_MPI_SHM=0 on any, for an MPI without a unified shared
   /// window, or an allocation refused on any rank: then it is never tried
   /// again), or an MPI error code.
-  int prepare(MPI_Comm comm, std::size_t rank, std::size_t size, std::size_t need) noexcept {
+  /// A window made or grown here gets sets of `alloc` bytes (>= need).
+  int prepare(MPI_Comm comm, std::size_t rank, std::size_t size, std::size_t need, std::size_t alloc) noexcept {
     if (state_ == State::unavailable || holds(need)) return MPI_SUCCESS;
     if (state_ == State::untried) {
       // Every rank on one node, and allowed? Checked once.
@@ -283,7 +285,7 @@ class ShmWindow {
     rank_ = rank;
     size_ = size;
     comm_ = comm;
-    const std::size_t set_bytes = std::max(std::bit_ceil(need), min_set_bytes);
+    const std::size_t set_bytes = std::max(alloc, min_set_bytes);
     bool ok = false;
     const int rc =
         map_window(comm, rank_, size_, static_cast<MPI_Aint>(header + 2 * set_bytes + 64), win_, seg_, id_, ok);
@@ -321,7 +323,8 @@ class PairShm : public ShmWindow {
   int ensure(MPI_Comm comm, std::size_t rank, std::size_t count, std::size_t elem_size) noexcept {
     const std::size_t need = set_bytes_for(count, elem_size);
     if (holds(need)) return MPI_SUCCESS;
-    const int rc = prepare(comm, rank, 2, need);
+    // Powers of two: a window that grows grows at most log2(4 MiB / 64 KiB) times.
+    const int rc = prepare(comm, rank, 2, need, std::bit_ceil(need));
     if (ready()) {
       mine_ = seg_[rank_];
       peer_ = seg_[1 - rank_];
