@@ -550,7 +550,15 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (!rides) {
       if (auto s = preflight(c, dl); !s) return s;
     }
-    if (ordered<D, Op>()) return ordered_reduce<D, Op>(c, send ? send : buf, buf, count, true, 0, dl);
+    // The node window folds in rank order, the order Options::reproducible
+    // asks for: where it may serve the call, the rank-order path waits to
+    // see whether it does (below).
+    bool node_window = false;
+    if constexpr (pair_algorithms<D, Op>) {
+      node_window = !nonblocking && !dl && state_->size >= 3 && count != 0 &&
+                    bytes <= detail::mpi::node_shm_to_bytes(state_->size) && !state_->node_shm.refused();
+    }
+    if (ordered<D, Op>() && !node_window) return ordered_reduce<D, Op>(c, send ? send : buf, buf, count, true, 0, dl);
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Iallreduce(send ? static_cast<const void*>(send) : MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
@@ -605,7 +613,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
             done = true;
           }
-        } else if (state_->size >= 3 && count != 0 && bytes <= detail::mpi::node_shm_to_bytes(state_->size)) {
+        } else if (node_window) {
           // Every rank on one node: the p-rank window (backends/mpi/node_shm.hpp).
           if (state_->pair_comm == MPI_COMM_NULL) {
             rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
@@ -631,6 +639,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
           }
         }
       }
+      // The node window was refused just now: the rank-order path after all.
+      if (!done && ordered<D, Op>()) return ordered_reduce<D, Op>(c, send ? send : buf, buf, count, true, 0, dl);
       if (!done) {
         rc = MPI_Allreduce(send ? static_cast<const void*>(send) : MPI_IN_PLACE, buf, n, dt, op, state_->comm);
         if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");

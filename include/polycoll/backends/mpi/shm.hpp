@@ -218,6 +218,8 @@ class ShmWindow {
   ShmWindow& operator=(const ShmWindow&) = delete;
 
   [[nodiscard]] bool ready() const noexcept { return state_ == State::ready; }
+  /// True once the window was found unusable (or released): it is not tried again.
+  [[nodiscard]] bool refused() const noexcept { return state_ == State::unavailable; }
   /// Bytes of this rank's segment; 0 when there is none.
   [[nodiscard]] std::size_t segment_bytes() const noexcept {
     return state_ == State::ready ? header + 2 * set_bytes_ + 64 : 0;
