@@ -143,7 +143,9 @@ class NodeShm : public ShmWindow {
       const std::size_t start = std::min(count, j * chunk);
       return std::pair{start, std::min(chunk, count - start)};
     };
-    const auto [start, n] = slice(rank_);
+    // (No structured binding: clang 14 cannot capture one in the lambda.)
+    const std::pair<std::size_t, std::size_t> mine = slice(rank_);
+    const std::size_t start = mine.first, n = mine.second;
     fold<D, Op>(to + start * es, n, [&](std::size_t j) { return operand(j, q) + start * es; });
     // The reduced slice follows the operand in the set (the same place on
     // every rank: the count is the same).
