@@ -36,6 +36,12 @@
 /// progress (MPI_Iprobe on the communicator's private dup), as a blocking
 /// MPI_Allreduce would.
 ///
+/// With the consistency check on, every call of the communicator announces
+/// itself in the line of its sequence number with its packed fingerprint, as
+/// at 2 ranks (shm.hpp): a window all_reduce with its operand (in the line
+/// up to 40 bytes), any other collective through check_only; each rank
+/// compares every other rank's fingerprint with its own.
+///
 /// Every rank takes this path in the same calls: the choice depends on the
 /// communicator's size, the count and dtype, op_timeout and the completion
 /// policy (the same on every rank, as MPI requires of a collective), and on
