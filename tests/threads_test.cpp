@@ -572,6 +572,9 @@ TEST_CASE("flight record: read while two threads call, every snapshot is whole a
       }
     }
   });
+  // The writers start once the reader is reading: on 2 busy cores it might
+  // otherwise first run after they finished (seen once in CI: 0 snapshots).
+  while (snapshots.load() == 0) std::this_thread::yield();
   std::atomic<std::size_t> failed{0};
   std::thread p2p([&] {
     for (int i = 0; i < 2000; ++i) {
