@@ -43,6 +43,7 @@
 #include <polycoll/detail/send_check.hpp>
 #include <polycoll/backends/mpi/policies.hpp>
 #include <polycoll/backends/mpi/process.hpp>
+#include <polycoll/backends/mpi/reduction.hpp>
 #include <polycoll/backends/mpi/requests.hpp>
 #include <polycoll/backends/mpi/shm.hpp>
 #include <polycoll/backends/mpi/state.hpp>
@@ -93,12 +94,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // window up to 4 MiB (backends/mpi/shm.hpp); otherwise, and above, the
   // point-to-point ones (backends/mpi/halving.hpp): the small-message exchange
   // on every MPI it is measured on, the large-message halving on MPICH.
-  template <DType D, ReduceOp Op>
-  static constexpr bool pair_algorithms = halving_for_native || detail::mpi::always_user_op<D, Op>;
-  template <DType D, ReduceOp Op>
-  static constexpr bool small_exchange = pair_algorithms<D, Op> && detail::mpi::exchange_to_bytes > 0;
-  template <DType D, ReduceOp Op>
-  static constexpr bool halving = pair_algorithms<D, Op> && detail::mpi::halving_mpi;
+  static bool pair_algorithms(const detail::mpi::Reduction& r) noexcept {
+    return halving_for_native || r.always_user_op;
+  }
   static_assert(mpi::adaptive_ops::kernel_below_bytes > detail::mpi::exchange_to_bytes,
                 "adaptive_ops reduces small messages with polycoll's unit, which the exchange uses");
 
@@ -252,18 +250,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // `bytes` is the same on every rank for one call, so every rank picks the same
   // op; `predefined` makes adaptive_ops take MPI's op below its threshold too
   // (all_reduce at 2 ranks where MPI's predefined op measured faster).
-  template <DType D, ReduceOp Op>
-  static MPI_Op op_for(int& rc, [[maybe_unused]] std::size_t bytes, [[maybe_unused]] bool predefined = false) noexcept {
+  static MPI_Op op_for(const detail::mpi::Reduction& r, int& rc, [[maybe_unused]] std::size_t bytes,
+                       [[maybe_unused]] bool predefined = false) noexcept {
     using R = typename Policies::reduction;
-    if constexpr (detail::mpi::type_map<D>::builtin_reduction && !kernel_for_native &&
-                  !detail::mpi::builtin_unsafe<D, Op>) {
+    if (r.builtin != nullptr && !kernel_for_native) {
       if constexpr (requires { R::kernel_below_bytes; }) {
-        if (bytes < R::kernel_below_bytes && !predefined) return detail::mpi::user_op<D, Op>(rc);
+        if (bytes < R::kernel_below_bytes && !predefined) return r.user_op(rc);
       }
-      return detail::mpi::builtin_op<D, Op>();
-    } else {
-      return detail::mpi::user_op<D, Op>(rc);
+      return r.builtin();
     }
+    return r.user_op(rc);
   }
 
   detail::CallDesc numbered(detail::CallDesc c) noexcept {
@@ -519,29 +515,29 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   Status all_reduce_value_impl(dtype_tag<D> d, op_tag<Op> o, T* value);
 
   // all_reduce into `buf`: in place when `send` is null, else from `send`.
-  template <DType D, ReduceOp Op, class T>
-  Status all_reduce_into([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* buf, std::size_t count) {
-    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op);
+  Status all_reduce_into(const detail::mpi::Reduction& r, const void* send, void* buf, std::size_t count) {
+    const auto c = detail::CallDesc::reduction(detail::Call::all_reduce, count, r.dtype, r.op);
     if (!live(count)) [[unlikely]] return enter(c, count);
     int rc = MPI_SUCCESS;
-    const std::size_t bytes = count * sizeof(T);
-    const MPI_Op op = op_for<D, Op>(rc, bytes, state_->size == 2 && detail::mpi::predefined_at_2(bytes));
+    const std::size_t bytes = count * r.size;
+    const MPI_Op op = op_for(r, rc, bytes, state_->size == 2 && detail::mpi::predefined_at_2(bytes));
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const MPI_Datatype dt = r.datatype();
     const int n = static_cast<int>(count);
     const auto dl = deadline();
     auto guard = lock();
     // With the check on, a call that the window will carry as it is (no
     // growth) sends its fingerprint with its operand (check() above).
     std::optional<detail::CallDesc> rides;
-    if constexpr (pair_algorithms<D, Op>) {
+    const bool pair = pair_algorithms(r);
+    if (pair) {
       // (window_checks: the window of this size of communicator is ready.)
       const auto fits = [&] {
-        return state_->size == 2 ? bytes <= detail::mpi::shm_to_bytes && state_->shm.fits(count, sizeof(T))
+        return state_->size == 2 ? bytes <= detail::mpi::shm_to_bytes && state_->shm.fits(count, r.size)
                                  : bytes <= detail::mpi::node_shm_to_bytes(state_->size) &&
-                                       state_->node_shm.fits(count, sizeof(T));
+                                       state_->node_shm.fits(count, r.size);
       };
-      if (state_->check && window_checks(dl) && count != 0 && fits() && !ordered<D, Op>()) {
+      if (state_->check && window_checks(dl) && count != 0 && fits() && !ordered(r)) {
         entering(c);
         if (auto s = room(c); !s) return s;
         rides = checked(c);
@@ -554,23 +550,23 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     // asks for: where it may serve the call, the rank-order path waits to
     // see whether it does (below).
     bool node_window = false;
-    if constexpr (pair_algorithms<D, Op>) {
+    if (pair) {
       node_window = !nonblocking && !dl && state_->size >= 3 && count != 0 &&
                     bytes <= detail::mpi::node_shm_to_bytes(state_->size) && !state_->node_shm.refused();
     }
-    if (ordered<D, Op>() && !node_window) return ordered_reduce<D, Op>(c, send ? send : buf, buf, count, true, 0, dl);
+    if (ordered(r) && !node_window) return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
-      rc = MPI_Iallreduce(send ? static_cast<const void*>(send) : MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
+      rc = MPI_Iallreduce(send ? send : MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallreduce");
       detail::mpi::Finish f;
-      if constexpr (Op == ReduceOp::Avg) f = {&detail::mpi::divide_finish<D>, buf, nullptr, count, state_->size};
+      if (r.avg()) f = {r.divide_finish, buf, nullptr, count, state_->size};
       return posted(req, c, dt, f, "MPI_Iallreduce", dl);
     } else {
       bool done = false;
-      if constexpr (pair_algorithms<D, Op>) {
-        const bool small = small_exchange<D, Op> && count != 0 && bytes <= detail::mpi::exchange_to_bytes;
-        const bool large = halving<D, Op> && bytes >= detail::mpi::halving_from_bytes;
+      if (pair) {
+        const bool small = detail::mpi::exchange_to_bytes > 0 && count != 0 && bytes <= detail::mpi::exchange_to_bytes;
+        const bool large = detail::mpi::halving_mpi && bytes >= detail::mpi::halving_from_bytes;
         const bool window = count != 0 && bytes <= detail::mpi::shm_to_bytes;
         if (state_->size == 2 && (small || large || window)) {
           if (state_->pair_comm == MPI_COMM_NULL) {
@@ -578,38 +574,38 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (2-rank all_reduce)");
           }
           if (window) {
-            rc = state_->shm.ensure(state_->pair_comm, state_->rank, count, sizeof(T));
+            rc = state_->shm.ensure(state_->pair_comm, state_->rank, count, r.size);
             if (rc != MPI_SUCCESS) {
               return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (2-rank all_reduce window)");
             }
           }
           const bool via_window = window && state_->shm.ready();
           if (send && (small || large) && !via_window) {
-            std::memcpy(static_cast<void*>(buf), static_cast<const void*>(send), bytes);
+            std::memcpy(buf, send, bytes);
             send = nullptr;  // in place from here on
           }
           if (via_window) {
             // The window reads the operand from `send` and copies it into
             // `buf` only once the fingerprints matched: a mismatch leaves
             // `buf` as it was, as the all-gathered check does.
-            const void* const operand = send ? static_cast<const void*>(send) : buf;
+            const void* const operand = send ? send : buf;
             if (rides) {
               const detail::PackedFingerprint fp = detail::pack_fingerprint(*rides);
-              if (!state_->shm.template all_reduce<D, Op>(operand, buf, count, &fp)) [[unlikely]] {
+              if (!state_->shm.all_reduce(r.body, r.size, operand, buf, count, &fp)) [[unlikely]] {
                 return mismatch_detail(*rides, dl, true);
               }
             } else {
-              state_->shm.template all_reduce<D, Op>(operand, buf, count);
+              state_->shm.all_reduce(r.body, r.size, operand, buf, count);
             }
             send = nullptr;
             done = true;
           } else if (small) {
-            rc = detail::mpi::exchange_allreduce_2<D, Op>(buf, count, state_->rank, state_->pair_comm);
+            rc = detail::mpi::exchange_allreduce_2(r.body, r.size, dt, buf, count, state_->rank, state_->pair_comm);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (2-rank exchange all_reduce)");
             done = true;
           } else if (large) {
-            rc = detail::mpi::halving_allreduce_2<D, Op>(buf, count, state_->rank, state_->pair_comm,
-                                                         state_->halving_scratch);
+            rc = detail::mpi::halving_allreduce_2(r.body, r.size, dt, buf, count, state_->rank, state_->pair_comm,
+                                                  state_->halving_scratch);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
             done = true;
           }
@@ -619,20 +615,20 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (node all_reduce window)");
           }
-          rc = state_->node_shm.ensure(state_->pair_comm, state_->rank, state_->size, count, sizeof(T));
+          rc = state_->node_shm.ensure(state_->pair_comm, state_->rank, state_->size, count, r.size);
           if (rc != MPI_SUCCESS) {
             return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (node all_reduce window)");
           }
           if (state_->node_shm.ready()) {
             // As at 2 ranks: with the check riding, a mismatch leaves `buf` as it was.
-            const void* const operand = send ? static_cast<const void*>(send) : buf;
+            const void* const operand = send ? send : buf;
             if (rides) {
               const detail::PackedFingerprint fp = detail::pack_fingerprint(*rides);
-              if (!state_->node_shm.template all_reduce<D, Op>(operand, buf, count, &fp)) [[unlikely]] {
+              if (!state_->node_shm.all_reduce(r.body, r.size, operand, buf, count, &fp)) [[unlikely]] {
                 return mismatch_detail(*rides, dl, true);
               }
             } else {
-              state_->node_shm.template all_reduce<D, Op>(operand, buf, count);
+              state_->node_shm.all_reduce(r.body, r.size, operand, buf, count);
             }
             send = nullptr;
             done = true;
@@ -640,12 +636,12 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         }
       }
       // The node window was refused just now: the rank-order path after all.
-      if (!done && ordered<D, Op>()) return ordered_reduce<D, Op>(c, send ? send : buf, buf, count, true, 0, dl);
+      if (!done && ordered(r)) return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
       if (!done) {
-        rc = MPI_Allreduce(send ? static_cast<const void*>(send) : MPI_IN_PLACE, buf, n, dt, op, state_->comm);
+        rc = MPI_Allreduce(send ? send : MPI_IN_PLACE, buf, n, dt, op, state_->comm);
         if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
       }
-      if constexpr (Op == ReduceOp::Avg) kernels::divide(d, buf, count, state_->size);
+      if (r.avg()) r.divide(buf, count, state_->size);
     }
     return {};
   }
@@ -662,14 +658,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // an FMA (GCC's default for C++, and clang's within an expression), which
   // rounds differently with the operands swapped, as the 2-rank algorithms
   // and MPI's user op may swap them: those take the rank-order path at 2 too.
-  template <DType D, ReduceOp Op>
-  bool ordered() const noexcept {
-    if constexpr (detail::mpi::order_matters<D, Op>) {
-      constexpr bool complex_prod = dtype_tag<D>::category == DTypeCategory::complex && Op == ReduceOp::Prod;
-      return state_->options.reproducible && state_->size >= (complex_prod ? 2u : 3u);
-    } else {
-      return false;
-    }
+  bool ordered(const detail::mpi::Reduction& r) const noexcept {
+    return r.order_matters && state_->options.reproducible && state_->size >= (r.complex_prod ? 2u : 3u);
   }
 
   [[gnu::cold]] Status ordered_out_of_memory(const detail::CallDesc& c) const {
@@ -699,16 +689,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // call that times out stays one posted collective that a later sync()
   // completes, result included. Every allocation comes before the MPI call,
   // so running out of memory fails the call on this rank before any message.
-  template <DType D, ReduceOp Op, class T, class Post>
-  Status ordered_one(const detail::CallDesc& c, T* recv, std::size_t count, std::size_t bytes, bool fold,
-                     const char* blocking_fn, const char* nonblocking_fn,
+  template <class Post>
+  Status ordered_one(const detail::mpi::Reduction& r, const detail::CallDesc& c, void* recv, std::size_t count,
+                     std::size_t bytes, bool fold, const char* blocking_fn, const char* nonblocking_fn,
                      const std::optional<detail::Clock::time_point>& dl, Post&& post) {
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const MPI_Datatype dt = r.datatype();
     if (!nonblocking && !dl) {
       std::byte* scratch = ordered_scratch(bytes);
       if (scratch == nullptr) return ordered_out_of_memory(c);
       if (const int rc = post(scratch, nullptr); rc != MPI_SUCCESS) return mpi_error(c, rc, blocking_fn);
-      if (fold) detail::mpi::fold_ranks<D, Op>(recv, reinterpret_cast<const T*>(scratch), count, state_->size, count);
+      if (fold) r.fold(recv, scratch, count, state_->size, count);
       return {};
     }
     std::unique_ptr<std::byte[]> owned(new (std::nothrow) std::byte[bytes == 0 ? 1 : bytes]);
@@ -716,33 +706,34 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     MPI_Request req = MPI_REQUEST_NULL;
     if (const int rc = post(owned.get(), &req); rc != MPI_SUCCESS) return mpi_error(c, rc, nonblocking_fn);
     detail::mpi::Finish f;
-    if (fold) f = {&detail::mpi::fold_finish<D, Op>, recv, owned.get(), count, state_->size};
+    if (fold) f = {r.fold_finish, recv, owned.get(), count, state_->size};
     return posted(req, c, dt, f, nonblocking_fn, dl, std::move(owned));
   }
 
   // all_reduce (`all`) or reduce to `root` of `count` elements from `send`
   // into `recv` (they may be equal), folded in rank order. Lock held,
   // consistency check done.
-  template <DType D, ReduceOp Op, class T>
-  Status ordered_reduce(const detail::CallDesc& c, const T* send, T* recv, std::size_t count, bool all,
-                        std::size_t root, const std::optional<detail::Clock::time_point>& dl) {
+  Status ordered_reduce(const detail::mpi::Reduction& r, const detail::CallDesc& c, const void* send, void* recv,
+                        std::size_t count, bool all, std::size_t root,
+                        const std::optional<detail::Clock::time_point>& dl) {
     const std::size_t p = state_->size, me = state_->rank;
+    const std::size_t es = r.size;
     const bool gets_result = all || me == root;
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+    const MPI_Datatype dt = r.datatype();
     const MPI_Comm comm = state_->comm;
-    const int n = static_cast<int>(count), r = static_cast<int>(root);
-    if (nonblocking || dl || count * sizeof(T) <= detail::mpi::ordered_gather_to_bytes / p) {
+    const int n = static_cast<int>(count), rt = static_cast<int>(root);
+    if (nonblocking || dl || count * es <= detail::mpi::ordered_gather_to_bytes / p) {
       // Every rank's whole buffer, then the whole fold where the result goes.
-      const std::size_t bytes = gets_result ? p * count * sizeof(T) : 0;
-      return ordered_one<D, Op>(c, recv, count, bytes, gets_result, all ? "MPI_Allgather" : "MPI_Gather",
+      const std::size_t bytes = gets_result ? p * count * es : 0;
+      return ordered_one(r, c, recv, count, bytes, gets_result, all ? "MPI_Allgather" : "MPI_Gather",
                                 all ? "MPI_Iallgather" : "MPI_Igather", dl,
                                 [&](std::byte* scratch, MPI_Request* req) {
                                   if (all) {
                                     return req ? MPI_Iallgather(send, n, dt, scratch, n, dt, comm, req)
                                                : MPI_Allgather(send, n, dt, scratch, n, dt, comm);
                                   }
-                                  return req ? MPI_Igather(send, n, dt, scratch, n, dt, r, comm, req)
-                                             : MPI_Gather(send, n, dt, scratch, n, dt, r, comm);
+                                  return req ? MPI_Igather(send, n, dt, scratch, n, dt, rt, comm, req)
+                                             : MPI_Gather(send, n, dt, scratch, n, dt, rt, comm);
                                 });
     }
     // Blocking and large: rank q receives block q of every rank's buffer
@@ -762,10 +753,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     // p blocks of len (this rank's block of every rank), the folded block,
     // and where the result goes the p folded blocks.
     const std::size_t elems = (p + 1) * len + (gets_result ? p * len : 0);
-    auto* blocks = reinterpret_cast<T*>(ordered_scratch(elems * sizeof(T)));
+    std::byte* const blocks = ordered_scratch(elems * es);
     if (blocks == nullptr) return ordered_out_of_memory(c);
-    T* const folded = blocks + p * len;
-    T* const gathered = folded + len;
+    std::byte* const folded = blocks + p * len * es;
+    std::byte* const gathered = folded + len * es;
     auto& v = state_->v_ints;  // send counts, send displacements, receive counts, receive displacements
     try {
       v.resize(4 * p);
@@ -781,30 +772,33 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     }
     int rc = MPI_Alltoallv(send, v.data(), v.data() + p, dt, blocks, v.data() + 2 * p, v.data() + 3 * p, dt, comm);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Alltoallv");
-    detail::mpi::fold_ranks<D, Op>(folded, blocks, len, p, mine.len);
+    r.fold(folded, blocks, len, p, mine.len);
     const int ln = static_cast<int>(len);
     rc = all ? MPI_Allgather(folded, ln, dt, gathered, ln, dt, comm)
-             : MPI_Gather(folded, ln, dt, gathered, ln, dt, r, comm);
+             : MPI_Gather(folded, ln, dt, gathered, ln, dt, rt, comm);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, all ? "MPI_Allgather" : "MPI_Gather");
-    if (gets_result) std::memcpy(static_cast<void*>(recv), gathered, count * sizeof(T));
+    if (gets_result) std::memcpy(recv, gathered, count * es);
     return {};
   }
 
   // reduce_scatter of `count` elements per rank, folded in rank order: block
   // q of every rank's send to rank q (MPI_Alltoall), then each rank folds its
   // p blocks. Lock held, check done.
-  template <DType D, ReduceOp Op, class T>
-  Status ordered_reduce_scatter(const detail::CallDesc& c, const T* send, T* recv, std::size_t count,
-                                const std::optional<detail::Clock::time_point>& dl) {
-    const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  Status ordered_reduce_scatter(const detail::mpi::Reduction& r, const detail::CallDesc& c, const void* send,
+                                void* recv, std::size_t count, const std::optional<detail::Clock::time_point>& dl) {
+    const MPI_Datatype dt = r.datatype();
     const MPI_Comm comm = state_->comm;
     const int n = static_cast<int>(count);
-    return ordered_one<D, Op>(c, recv, count, state_->size * count * sizeof(T), true, "MPI_Alltoall", "MPI_Ialltoall",
-                              dl, [&](std::byte* scratch, MPI_Request* req) {
-                                return req ? MPI_Ialltoall(send, n, dt, scratch, n, dt, comm, req)
-                                           : MPI_Alltoall(send, n, dt, scratch, n, dt, comm);
-                              });
+    return ordered_one(r, c, recv, count, state_->size * count * r.size, true, "MPI_Alltoall", "MPI_Ialltoall", dl,
+                       [&](std::byte* scratch, MPI_Request* req) {
+                         return req ? MPI_Ialltoall(send, n, dt, scratch, n, dt, comm, req)
+                                    : MPI_Alltoall(send, n, dt, scratch, n, dt, comm);
+                       });
   }
+
+  Status reduce_scatter_into(const detail::mpi::Reduction& r, const void* send, void* recv, std::size_t count);
+  Status reduce_into(const detail::mpi::Reduction& r, const void* send, void* recv, std::size_t count,
+                     std::size_t root);
 
   template <DType D, ReduceOp Op, class T>
   Status reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count);
@@ -1522,16 +1516,17 @@ void BasicMpi<Policies>::release() noexcept {
   state_.reset();
 }
 
+// The reductions' bodies take the pair's detail::mpi::Reduction (reduction.hpp).
 template <class Policies>
 template <DType D, ReduceOp Op, class T>
-Status BasicMpi<Policies>::all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count) {
-  return all_reduce_into(d, o, static_cast<const T*>(nullptr), buf, count);
+Status BasicMpi<Policies>::all_reduce_impl(dtype_tag<D>, op_tag<Op>, T* buf, std::size_t count) {
+  return all_reduce_into(detail::mpi::reduction_of<D, Op>, nullptr, buf, count);
 }
 
 template <class Policies>
 template <DType D, ReduceOp Op, class T>
-Status BasicMpi<Policies>::all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count) {
-  return all_reduce_into(d, o, send, recv, count);
+Status BasicMpi<Policies>::all_reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
+  return all_reduce_into(detail::mpi::reduction_of<D, Op>, send, recv, count);
 }
 
 template <class Policies>
@@ -1560,41 +1555,46 @@ Status BasicMpi<Policies>::all_reduce_value_impl(dtype_tag<D> d, op_tag<Op> o, T
 
 template <class Policies>
 template <DType D, ReduceOp Op, class T>
-Status BasicMpi<Policies>::reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count) {
-  const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op);
+Status BasicMpi<Policies>::reduce_scatter_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
+  return reduce_scatter_into(detail::mpi::reduction_of<D, Op>, send, recv, count);
+}
+
+template <class Policies>
+Status BasicMpi<Policies>::reduce_scatter_into(const detail::mpi::Reduction& r, const void* send, void* recv,
+                                               std::size_t count) {
+  const auto c = detail::CallDesc::reduction(detail::Call::reduce_scatter, count, r.dtype, r.op);
   if (!live(count)) [[unlikely]] return enter(c, count);
   const std::size_t w = state_->size;
+  const std::size_t bytes = count * r.size;
   // In place (recv is this rank's block of send): the result goes to a
   // scratch block first (below). Any other overlap of send and recv was
   // rejected by the front end.
-  const bool in_place = count != 0 && static_cast<const void*>(recv) == static_cast<const void*>(send + state_->rank * count);
+  const bool in_place = count != 0 && recv == static_cast<const std::byte*>(send) + state_->rank * bytes;
   int rc = MPI_SUCCESS;
-  const MPI_Op op = op_for<D, Op>(rc, count * w * sizeof(T));
+  const MPI_Op op = op_for(r, rc, w * bytes);
   if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
-  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const MPI_Datatype dt = r.datatype();
   const int n = static_cast<int>(count);
   const auto dl = deadline();
   auto guard = lock();
   if (auto s = preflight(c, dl); !s) return s;
-  if (ordered<D, Op>()) return ordered_reduce_scatter<D, Op>(c, send, recv, count, dl);
+  if (ordered(r)) return ordered_reduce_scatter(r, c, send, recv, count, dl);
   // The in-place form changes the rank's own block of send and nothing
   // else, as on every backend. MPI_IN_PLACE cannot do that: it leaves the
   // result in block 0, another rank's input on every rank but 0. So MPI
   // reduces send into a scratch block (its recv may not overlap send), and
   // the result is copied into the rank's block once complete. The scratch is
   // reused by blocking calls and owned by the pending entry of a posted one.
-  T* result = recv;
+  void* result = recv;
   std::unique_ptr<std::byte[]> owned;
   if (in_place) {
     try {
       if (nonblocking || dl) {
-        owned = std::make_unique_for_overwrite<std::byte[]>(count * sizeof(T));
-        result = reinterpret_cast<T*>(owned.get());
+        owned = std::make_unique_for_overwrite<std::byte[]>(bytes);
+        result = owned.get();
       } else {
-        if (state_->reduce_scatter_scratch.size() < count * sizeof(T)) {
-          state_->reduce_scatter_scratch.resize(count * sizeof(T));
-        }
-        result = reinterpret_cast<T*>(state_->reduce_scatter_scratch.data());
+        if (state_->reduce_scatter_scratch.size() < bytes) state_->reduce_scatter_scratch.resize(bytes);
+        result = state_->reduce_scatter_scratch.data();
       }
     } catch (const std::bad_alloc&) {
       return tl::unexpected(this->error(Errc::backend_failure, c, "out of memory (the in-place result block)"));
@@ -1605,18 +1605,17 @@ Status BasicMpi<Policies>::reduce_scatter_impl([[maybe_unused]] dtype_tag<D> d, 
     rc = MPI_Ireduce_scatter_block(send, result, n, dt, op, state_->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Ireduce_scatter_block");
     detail::mpi::Finish f;
-    constexpr bool avg = Op == ReduceOp::Avg;
     if (in_place) {
-      f = {&detail::mpi::move_finish<D, avg>, recv, result, count, w};
-    } else if constexpr (avg) {
-      f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, w};
+      f = {r.move_finish, recv, result, count, w};
+    } else if (r.avg()) {
+      f = {r.divide_finish, recv, nullptr, count, w};
     }
     return posted(req, c, dt, f, "MPI_Ireduce_scatter_block", dl, std::move(owned));
   } else {
     rc = MPI_Reduce_scatter_block(send, result, n, dt, op, state_->comm);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Reduce_scatter_block");
-    if (in_place) std::memcpy(static_cast<void*>(recv), result, count * sizeof(T));
-    if constexpr (Op == ReduceOp::Avg) kernels::divide(d, recv, count, w);
+    if (in_place) std::memcpy(recv, result, bytes);
+    if (r.avg()) r.divide(recv, count, w);
   }
   return {};
 }
@@ -1651,32 +1650,35 @@ Status BasicMpi<Policies>::all_gather_impl(dtype_tag<D>, const T* send, T* recv,
 
 template <class Policies>
 template <DType D, ReduceOp Op, class T>
-Status BasicMpi<Policies>::reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<Op>, const T* send, T* recv, std::size_t count,
-                   std::size_t root) {
-  auto c = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
+Status BasicMpi<Policies>::reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count,
+                                       std::size_t root) {
+  return reduce_into(detail::mpi::reduction_of<D, Op>, send, recv, count, root);
+}
+
+template <class Policies>
+Status BasicMpi<Policies>::reduce_into(const detail::mpi::Reduction& r, const void* send, void* recv,
+                                       std::size_t count, std::size_t root) {
+  auto c = detail::CallDesc::reduction(detail::Call::reduce, count, r.dtype, r.op);
   c.root = root;
   if (!live(count)) [[unlikely]] return enter(c, count);
-  if (ordered<D, Op>()) {
+  if (ordered(r)) {
     const auto dl = deadline();
     auto guard = lock();
     if (auto s = preflight(c, dl); !s) return s;
-    return ordered_reduce<D, Op>(c, send, recv, count, false, root, dl);
+    return ordered_reduce(r, c, send, recv, count, false, root, dl);
   }
+  const std::size_t bytes = count * r.size;
   int rc = MPI_SUCCESS;
-  const MPI_Op op = op_for<D, Op>(rc, count * sizeof(T));
+  const MPI_Op op = op_for(r, rc, bytes);
   if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
-  const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
+  const MPI_Datatype dt = r.datatype();
   const bool at_root = state_->rank == root;
-  const void* sbuf = at_root && count != 0 && static_cast<const void*>(recv) == static_cast<const void*>(send)
-                         ? MPI_IN_PLACE
-                         : static_cast<const void*>(send);
-  const int n = static_cast<int>(count), r = static_cast<int>(root);
+  const void* sbuf = at_root && count != 0 && recv == send ? MPI_IN_PLACE : send;
+  const int n = static_cast<int>(count), rt = static_cast<int>(root);
   detail::mpi::Finish f;  // Avg: the root divides the sum once it is complete
-  if constexpr (Op == ReduceOp::Avg) {
-    if (at_root) f = {&detail::mpi::divide_finish<D>, recv, nullptr, count, state_->size};
-  }
+  if (r.avg() && at_root) f = {r.divide_finish, recv, nullptr, count, state_->size};
   return collective(c, dt, "MPI_Reduce", "MPI_Ireduce", [&](MPI_Request* req) {
-    if (req) return MPI_Ireduce(sbuf, recv, n, dt, op, r, state_->comm, req);
+    if (req) return MPI_Ireduce(sbuf, recv, n, dt, op, rt, state_->comm, req);
     if (detail::mpi::in_place_reduce_faults && sbuf == MPI_IN_PLACE && root != 0) {
       // MPICH's blocking MPI_Reduce faults on MPI_IN_PLACE at a root other
       // than 0 (MPICH 4.0.2, its reduce-scatter + gather algorithm: from about
@@ -1684,14 +1686,14 @@ Status BasicMpi<Policies>::reduce_impl([[maybe_unused]] dtype_tag<D> d, op_tag<O
       // its buffer instead; MPI_Ireduce and root 0 are not affected.
       auto& copy = state_->in_place_copy;
       try {
-        if (copy.size() < count * sizeof(T)) copy.resize(count * sizeof(T));
+        if (copy.size() < bytes) copy.resize(bytes);
       } catch (const std::bad_alloc&) {
         return MPI_ERR_NO_MEM;
       }
-      std::memcpy(copy.data(), static_cast<const void*>(recv), count * sizeof(T));
-      return MPI_Reduce(copy.data(), recv, n, dt, op, r, state_->comm);
+      std::memcpy(copy.data(), recv, bytes);
+      return MPI_Reduce(copy.data(), recv, n, dt, op, rt, state_->comm);
     }
-    return MPI_Reduce(sbuf, recv, n, dt, op, r, state_->comm);
+    return MPI_Reduce(sbuf, recv, n, dt, op, rt, state_->comm);
   }, f);
 }
 

@@ -301,18 +301,12 @@ class Threads : public Communicator<Threads> {
   Status group_start_impl();
   Status group_end_impl();
 
-  // Reduces this rank's slice of the in-place all_reduce in rank order, like
-  // the latency path, so that every element of every size is folded
-  // 0, 1, ..., n-1; the destination is exactly source rank_ (combine_n allows it).
-  template <DType D, ReduceOp Op, class T, class PeerBuf>
-  void reduce_own_slice(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count, PeerBuf peer_buf) {
-    const std::size_t n = world_->n;
-    const auto [lo, hi] = slice(count, sizeof(T), rank_);
-    if (hi <= lo) return;
-    detail::threads::Sources<T> src(n);
-    for (std::size_t q = 0; q < n; ++q) src[q] = (q == rank_ ? buf : peer_buf(q)) + lo;
-    kernels::combine_n(d, o, buf + lo, src.data(), n, hi - lo, n);
-  }
+  // The reductions' bodies, one for every (dtype, op) pair: the *_impl
+  // templates above pass the pair's detail::threads::Reduction.
+  Status all_reduce_into(const detail::threads::Reduction& r, void* buf, std::size_t count);
+  Status reduce_scatter_into(const detail::threads::Reduction& r, const void* send, void* recv, std::size_t count);
+  Status reduce_into(const detail::threads::Reduction& r, const void* send, void* recv, std::size_t count,
+                     std::size_t root);
 
   // ------------------------------------------------------------ point to point
 
@@ -724,15 +718,15 @@ POLYCOLL_DETAIL_LIB_INLINE void Threads::abort_impl(const Error& e) const noexce
 POLYCOLL_DETAIL_LIB_INLINE Error Threads::aborted_error(const detail::CallDesc& call) const {
   return error(Errc::aborted, call, detail::cat("the communicator was aborted: ", world_->abort_cause));
 }
-#endif
 
-template <DType D, ReduceOp Op, class T>
-Status Threads::all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_t count) {
-  auto c = begin(detail::CallDesc::reduction(detail::Call::all_reduce, count, D, Op));
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::all_reduce_into(const detail::threads::Reduction& r, void* buf,
+                                                           std::size_t count) {
+  auto c = begin(detail::CallDesc::reduction(detail::Call::all_reduce, count, r.dtype, r.op));
   if (!c) return tl::unexpected(std::move(c.error()));
   const auto dl = deadline();
   const std::size_t n = world_->n;
-  const std::size_t bytes = count * sizeof(T);
+  const std::size_t bytes = count * r.size;
+  auto* const b = static_cast<std::byte*>(buf);
   if (n == 1) {
     return {};  // avg over one rank divides by 1
   }
@@ -740,61 +734,108 @@ Status Threads::all_reduce_impl(dtype_tag<D> d, op_tag<Op> o, T* buf, std::size_
     const unsigned parity = next_parity();
     detail::threads::copy(outbox(bytes, parity), buf, bytes);
     if (auto s = arrive(c->call, dl); !s) return s;
-    if (n == 2 && Op != ReduceOp::Avg) {
+    if (n == 2 && r.op != ReduceOp::Avg) {
       // The common 2-rank case: one binary step in rank order (the same
       // rounding as the fold), my own contribution read from my buffer.
-      const T* other = reinterpret_cast<const T*>(inbox(1 - rank_, bytes, parity));
-      kernels::combine(d, o, buf, rank_ == 0 ? buf : other, rank_ == 0 ? other : buf, count);
+      const void* other = inbox(1 - rank_, bytes, parity);
+      r.combine(buf, rank_ == 0 ? buf : other, rank_ == 0 ? other : buf, count);
       return {};
     }
-    detail::threads::Sources<T> src(n);
-    for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(inbox(q, bytes, parity));
-    kernels::combine_n(d, o, buf, src.data(), n, count, n);
+    detail::threads::Sources src(n);
+    for (std::size_t q = 0; q < n; ++q) src[q] = inbox(q, bytes, parity);
+    r.fold(buf, src.data(), n, count, n);
     return {};
   }
   RankState& m = me();
   m.recv = buf;
   if (auto s = arrive(c->call, dl); !s) return s;
-  reduce_own_slice(d, o, buf, count, [&](std::size_t q) { return static_cast<const T*>(peer(q).recv); });
+  // This rank's slice, reduced in rank order like the latency path, so that
+  // every element of every size is folded 0, 1, ..., n-1; the destination is
+  // exactly source rank_ (combine_n allows it).
+  if (const auto [lo, hi] = slice(count, r.size, rank_); hi > lo) {
+    detail::threads::Sources src(n);
+    for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const std::byte*>(peer(q).recv) + lo * r.size;
+    r.fold(b + lo * r.size, src.data(), n, hi - lo, n);
+  }
   if (auto s = phase(c->call, dl); !s) return s;
   for (std::size_t q = 0; q < n; ++q) {
     if (q == rank_) continue;
-    const auto [lo, hi] = slice(count, sizeof(T), q);
-    if (hi > lo) detail::threads::copy(buf + lo, static_cast<const T*>(peer(q).recv) + lo, (hi - lo) * sizeof(T));
+    const auto [lo, hi] = slice(count, r.size, q);
+    if (hi > lo) {
+      detail::threads::copy(b + lo * r.size, static_cast<const std::byte*>(peer(q).recv) + lo * r.size,
+                            (hi - lo) * r.size);
+    }
   }
   return phase(c->call, dl);
 }
 
-template <DType D, ReduceOp Op, class T>
-Status Threads::reduce_scatter_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count) {
-  auto c = begin(detail::CallDesc::reduction(detail::Call::reduce_scatter, count, D, Op));
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::reduce_scatter_into(const detail::threads::Reduction& r, const void* send,
+                                                               void* recv, std::size_t count) {
+  auto c = begin(detail::CallDesc::reduction(detail::Call::reduce_scatter, count, r.dtype, r.op));
   if (!c) return tl::unexpected(std::move(c.error()));
   const auto dl = deadline();
   const std::size_t n = world_->n;
+  const std::size_t block = count * r.size;  // one rank's block of send
   if (n == 1) {
-    if (count != 0 && static_cast<const void*>(send) != static_cast<const void*>(recv)) {
-      std::memmove(recv, send, count * sizeof(T));
-    }
+    if (count != 0 && send != recv) std::memmove(recv, send, block);
     return {};
   }
-  const std::size_t bytes = n * count * sizeof(T);
-  detail::threads::Sources<T> src(n);
+  const std::size_t bytes = n * block;
+  detail::threads::Sources src(n);
   RankState& m = me();
   if (bytes <= detail::threads::small_bytes) {
     const unsigned parity = next_parity();
     detail::threads::copy(outbox(bytes, parity), send, bytes);
     if (auto s = arrive(c->call, dl); !s) return s;
-    for (std::size_t q = 0; q < n; ++q) src[q] = reinterpret_cast<const T*>(inbox(q, bytes, parity)) + rank_ * count;
-    kernels::combine_n(d, o, recv, src.data(), n, count, n);
+    for (std::size_t q = 0; q < n; ++q) src[q] = inbox(q, bytes, parity) + rank_ * block;
+    r.fold(recv, src.data(), n, count, n);
     return {};
   }
   m.send = send;
   if (auto s = arrive(c->call, dl); !s) return s;
   // In rank order, as on the latency path; an in-place recv (= send +
   // rank*count) is exactly source rank_, which combine_n allows.
-  for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + rank_ * count;
-  kernels::combine_n(d, o, recv, src.data(), n, count, n);
+  for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const std::byte*>(peer(q).send) + rank_ * block;
+  r.fold(recv, src.data(), n, count, n);
   return phase(c->call, dl);
+}
+
+POLYCOLL_DETAIL_LIB_INLINE Status Threads::reduce_into(const detail::threads::Reduction& r, const void* send,
+                                                       void* recv, std::size_t count, std::size_t root) {
+  auto desc = detail::CallDesc::reduction(detail::Call::reduce, count, r.dtype, r.op);
+  desc.root = root;
+  auto c = begin(desc);
+  if (!c) return tl::unexpected(std::move(c.error()));
+  const auto dl = deadline();
+  const std::size_t n = world_->n;
+  if (n == 1) {
+    detail::threads::move(recv, send, count * r.size);
+    return {};
+  }
+  RankState& m = me();
+  m.send = send;
+  m.recv = recv;
+  if (auto s = arrive(c->call, dl); !s) return s;
+  // This rank's slice of the result, folded in rank order straight into the
+  // root's recv; in place that is exactly source `root`, which combine_n allows.
+  const auto [lo, hi] = slice(count, r.size, rank_);
+  if (hi > lo) {
+    detail::threads::Sources src(n);
+    for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const std::byte*>(peer(q).send) + lo * r.size;
+    r.fold(static_cast<std::byte*>(peer(root).recv) + lo * r.size, src.data(), n, hi - lo, n);
+  }
+  return phase(c->call, dl);
+}
+#endif
+
+template <DType D, ReduceOp Op, class T>
+Status Threads::all_reduce_impl(dtype_tag<D>, op_tag<Op>, T* buf, std::size_t count) {
+  return all_reduce_into(detail::threads::reduction_of<D, Op>, buf, count);
+}
+
+template <DType D, ReduceOp Op, class T>
+Status Threads::reduce_scatter_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count) {
+  return reduce_scatter_into(detail::threads::reduction_of<D, Op>, send, recv, count);
 }
 
 template <DType D, class T>
@@ -849,30 +890,8 @@ Status Threads::all_gather_impl(dtype_tag<D>, const T* send, T* recv, std::size_
 }
 
 template <DType D, ReduceOp Op, class T>
-Status Threads::reduce_impl(dtype_tag<D> d, op_tag<Op> o, const T* send, T* recv, std::size_t count, std::size_t root) {
-  auto desc = detail::CallDesc::reduction(detail::Call::reduce, count, D, Op);
-  desc.root = root;
-  auto c = begin(desc);
-  if (!c) return tl::unexpected(std::move(c.error()));
-  const auto dl = deadline();
-  const std::size_t n = world_->n;
-  if (n == 1) {
-    detail::threads::move(recv, send, count * sizeof(T));
-    return {};
-  }
-  RankState& m = me();
-  m.send = send;
-  m.recv = recv;
-  if (auto s = arrive(c->call, dl); !s) return s;
-  // This rank's slice of the result, folded in rank order straight into the
-  // root's recv; in place that is exactly source `root`, which combine_n allows.
-  const auto [lo, hi] = slice(count, sizeof(T), rank_);
-  if (hi > lo) {
-    detail::threads::Sources<T> src(n);
-    for (std::size_t q = 0; q < n; ++q) src[q] = static_cast<const T*>(peer(q).send) + lo;
-    kernels::combine_n(d, o, static_cast<T*>(peer(root).recv) + lo, src.data(), n, hi - lo, n);
-  }
-  return phase(c->call, dl);
+Status Threads::reduce_impl(dtype_tag<D>, op_tag<Op>, const T* send, T* recv, std::size_t count, std::size_t root) {
+  return reduce_into(detail::threads::reduction_of<D, Op>, send, recv, count, root);
 }
 
 template <DType D, class T>

@@ -282,6 +282,13 @@ auto* as_lanes(T* p) noexcept {
   }
 }
 
+/// Source j of a fold as the unit's lanes, from an array of typed
+/// (`const T*`) or untyped (`const void*`) pointers.
+template <class U, class Src>
+const typename U::lane* source(const Src* srcs, std::size_t j) noexcept {
+  return as_lanes<U>(srcs[j]);
+}
+
 /// Calls body(i) for i < m, in chunks of a fixed number of lanes. GCC 12 at -O2
 /// vectorises only loops whose trip count is a known multiple of the vector
 /// length (its "very cheap" cost model: no scalar epilogue, no alias versioning),
@@ -316,13 +323,13 @@ void finish_loop(typename U::lane* x, std::size_t m, typename U::divisor_type d)
 /// where start is out[i] itself (FromOut: a later pass of a block) or s[0][i]
 /// (the first pass), then the Avg division when Finish. Each input is read once
 /// and out written once per pass.
-template <class U, bool FromOut, bool Finish, class T, std::size_t... J>
-void fold_pass(typename U::lane* out, const T* const* src, std::size_t off, std::size_t len,
+template <class U, bool FromOut, bool Finish, class Src, std::size_t... J>
+void fold_pass(typename U::lane* out, const Src* src, std::size_t off, std::size_t len,
                [[maybe_unused]] typename U::divisor_type d, std::index_sequence<J...>) noexcept {
   using lane = typename U::lane;
   // Local copies: a store through `out` (a char type for u8/i8) could otherwise
   // alias the caller's pointer array and force a reload of every pointer per element.
-  const lane* const p[] = {(as_lanes<U>(src[J]) + off)...};
+  const lane* const p[] = {(source<U>(src, J) + off)...};
   chunked<lane>(len, [=](std::size_t i) {
     lane v = FromOut ? out[i] : p[0][i];
     ((FromOut || J > 0 ? void(v = U::apply(v, p[J][i])) : void()), ...);
@@ -333,8 +340,8 @@ void fold_pass(typename U::lane* out, const T* const* src, std::size_t off, std:
 
 /// fold_pass with the run-time source count m (1 <= m <= max_fused_sources)
 /// turned into a compile-time one, so each loop is fully unrolled over sources.
-template <class U, bool FromOut, bool Finish, class T>
-void run_pass(std::size_t m, typename U::lane* out, const T* const* src, std::size_t off, std::size_t len,
+template <class U, bool FromOut, bool Finish, class Src>
+void run_pass(std::size_t m, typename U::lane* out, const Src* src, std::size_t off, std::size_t len,
               typename U::divisor_type d) noexcept {
   static_assert(max_fused_sources == 4, "run_pass lists one case per fused source count");
   switch (m) {
@@ -353,12 +360,17 @@ void run_pass(std::size_t m, typename U::lane* out, const T* const* src, std::si
   }
 }
 
-template <class U, bool Avg, class T>
-void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::size_t divisor) noexcept {
+/// The fold of combine_n; `Src` is `const T*` (the typed form) or `const
+/// void*` (the untyped one the backends call: one instantiation serves every
+/// caller of a pair, whatever its element type's spelling).
+template <class U, bool Avg, class T, class Src>
+void fold_n(T* dst, const Src* srcs, std::size_t k, std::size_t n, std::size_t divisor) noexcept {
   using lane = typename U::lane;
   constexpr std::size_t fuse = max_fused_sources;
   if (k == 0 || n == 0) return;
-  if (!Avg && k == 1 && dst == srcs[0]) return;  // folding one source in place changes nothing
+  const void* const target = dst;
+  // Folding one source in place changes nothing.
+  if (!Avg && k == 1 && static_cast<const void*>(srcs[0]) == target) return;
   lane* const out = as_lanes<U>(dst);
   const std::size_t m = n * U::lanes_per_element;
   const auto d = U::make_divisor(divisor);
@@ -384,7 +396,7 @@ void fold_n(T* dst, const T* const* srcs, std::size_t k, std::size_t n, std::siz
   constexpr auto four = std::make_index_sequence<fuse>{};
   const std::size_t first = Avg ? fuse : (k - 1) % fuse + 1;
   bool late_alias = false;
-  for (std::size_t j = first; j < k; ++j) late_alias = late_alias || srcs[j] == dst;
+  for (std::size_t j = first; j < k; ++j) late_alias = late_alias || static_cast<const void*>(srcs[j]) == target;
   // Raw storage (lanes are implicit-lifetime types): no initialisation cost
   // when it is not used.
   alignas(64) unsigned char staging[fold_block_bytes];
@@ -449,6 +461,22 @@ void combine_n(dtype_tag<D>, op_tag<Op>, typename dtype_tag<D>::type* dst,
   }
 }
 
+/// combine_n over untyped pointers: `dst` and each `srcs[j]` point at arrays
+/// of the pair's element type. The same fold, bits and rules; the form the
+/// backends call, since they hold their sources as `const void*`.
+template <DType D, ReduceOp Op>
+void combine_n(dtype_tag<D>, op_tag<Op>, void* dst, const void* const* srcs, std::size_t k, std::size_t n,
+               std::size_t divisor = 1) noexcept {
+  static_assert(is_valid_v<D, Op>,
+                "polycoll::kernels::combine_n: this (dtype, op) pair has no reduction: min/max are undefined "
+                "on complex dtypes (c64, c128), and avg needs a floating or complex dtype (use sum on "
+                "integers and bool); see polycoll::is_valid");
+  if constexpr (is_valid_v<D, Op>) {
+    detail::fold_n<detail::unit_t<D, Op>, Op == ReduceOp::Avg>(static_cast<typename dtype_tag<D>::type*>(dst), srcs,
+                                                               k, n, divisor);
+  }
+}
+
 /// `x[i] /= divisor` for `i < n`: the Avg finish step for backends that sum
 /// first. Floating and complex dtypes only; the narrow formats divide in float
 /// and round once. `divisor` must be >= 1.
@@ -499,7 +527,10 @@ void divide(dtype_tag<D>, typename dtype_tag<D>::type* x, std::size_t n, std::si
   Prefix template void combine_n<DType::D, ReduceOp::Op>(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,           \
                                                          dtype_tag<DType::D>::type*,                          \
                                                          const dtype_tag<DType::D>::type* const*, std::size_t, \
-                                                         std::size_t, std::size_t) noexcept;
+                                                         std::size_t, std::size_t) noexcept;           \
+  Prefix template void combine_n<DType::D, ReduceOp::Op>(dtype_tag<DType::D>, op_tag<ReduceOp::Op>, void*,     \
+                                                         const void* const*, std::size_t, std::size_t,        \
+                                                         std::size_t) noexcept;
 #define POLYCOLL_DETAIL_KERNEL_DIVIDE(Prefix, D) \
   Prefix template void divide<DType::D>(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t, std::size_t) noexcept;
 

@@ -115,10 +115,10 @@ constexpr Halves halves_of(std::size_t count, std::size_t rank) noexcept {
 /// buffer cannot be allocated (the choice of algorithm cannot depend on one
 /// rank's memory without a message more per call). Every rank gets
 /// bit-identical results: each half is reduced once, on its owner.
-template <DType D, ReduceOp Op>
-int halving_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm comm,
-                        std::vector<std::byte>& scratch) noexcept {
-  constexpr std::size_t es = size_of(D);
+/// `fn` is the pair's user op body (user_fn<D, Op>), `es` its element size
+/// and `dt` its MPI datatype: one body serves every pair.
+inline int halving_allreduce_2(MPI_User_function* fn, std::size_t es, MPI_Datatype dt, void* buf, std::size_t count,
+                               std::size_t rank, MPI_Comm comm, std::vector<std::byte>& scratch) noexcept {
   const auto [mine, mine_n, other, other_n] = halves_of(count, rank);
   if (scratch.size() < mine_n * es) {
     try {
@@ -127,7 +127,6 @@ int halving_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm
       return MPI_ERR_NO_MEM;
     }
   }
-  const MPI_Datatype dt = type_map<D>::datatype();
   auto* b = static_cast<std::byte*>(buf);
   const int peer = rank == 0 ? 1 : 0;
   // The peer's copy of this rank's half into scratch; this rank's copy of the
@@ -136,9 +135,16 @@ int halving_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm
                         static_cast<int>(mine_n), dt, peer, 0, comm, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) return rc;
   int len = static_cast<int>(mine_n);
-  user_fn<D, Op>(scratch.data(), b + mine * es, &len, nullptr);
+  fn(scratch.data(), b + mine * es, &len, nullptr);
   return MPI_Sendrecv(b + mine * es, static_cast<int>(mine_n), dt, peer, 1, b + other * es,
                       static_cast<int>(other_n), dt, peer, 1, comm, MPI_STATUS_IGNORE);
+}
+
+/// The same for the pair (D, Op).
+template <DType D, ReduceOp Op>
+int halving_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm comm,
+                        std::vector<std::byte>& scratch) noexcept {
+  return halving_allreduce_2(&user_fn<D, Op>, size_of(D), type_map<D>::datatype(), buf, count, rank, comm, scratch);
 }
 
 /// In-place all_reduce of `count` (> 0, count * size_of(D) <=
@@ -148,24 +154,29 @@ int halving_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm
 /// stack buffer, then both ranks compute user_fn(in = rank 1's operand,
 /// inout = rank 0's operand), rank 1 into the stack buffer and copying it back,
 /// so the results are bit-identical. Returns MPI_SUCCESS or an MPI error code.
-template <DType D, ReduceOp Op>
-int exchange_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm comm) noexcept {
-  constexpr std::size_t es = size_of(D);
+/// `fn`, `es` and `dt` as for halving_allreduce_2.
+inline int exchange_allreduce_2(MPI_User_function* fn, std::size_t es, MPI_Datatype dt, void* buf, std::size_t count,
+                                std::size_t rank, MPI_Comm comm) noexcept {
   alignas(64) std::byte peer_buf[exchange_to_bytes > 0 ? exchange_to_bytes : 1];
   const std::size_t bytes = count * es;
   const int n = static_cast<int>(count);
-  const MPI_Datatype dt = type_map<D>::datatype();
   const int rc = MPI_Sendrecv(buf, n, dt, rank == 0 ? 1 : 0, 2, peer_buf, n, dt, rank == 0 ? 1 : 0, 2, comm,
                               MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) return rc;
   int len = n;
   if (rank == 0) {
-    user_fn<D, Op>(peer_buf, buf, &len, nullptr);
+    fn(peer_buf, buf, &len, nullptr);
   } else {
-    user_fn<D, Op>(buf, peer_buf, &len, nullptr);
+    fn(buf, peer_buf, &len, nullptr);
     std::memcpy(buf, peer_buf, bytes);
   }
   return MPI_SUCCESS;
+}
+
+/// The same for the pair (D, Op).
+template <DType D, ReduceOp Op>
+int exchange_allreduce_2(void* buf, std::size_t count, std::size_t rank, MPI_Comm comm) noexcept {
+  return exchange_allreduce_2(&user_fn<D, Op>, size_of(D), type_map<D>::datatype(), buf, count, rank, comm);
 }
 
 }  // namespace polycoll::detail::mpi

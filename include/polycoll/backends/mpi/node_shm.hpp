@@ -104,17 +104,18 @@ class NodeShm : public ShmWindow {
     return ready() && holds(set_bytes_for(count, elem_size, size_));
   }
 
-  /// In-place all_reduce of `count` (> 0) elements of D (bytes <= the size
-  /// given to ensure()), reducing through user_fn<D, Op> (Avg: the Sum step
-  /// only, the caller divides). The operand is read from `src` (`buf`
-  /// itself, or a disjoint array). Blocks until the result is in `buf`.
+  /// In-place all_reduce of `count` (> 0) elements of `es` bytes (bytes <=
+  /// the size given to ensure()), reducing through `fn`, the pair's user op
+  /// body user_fn<D, Op> (Avg: the Sum step only, the caller divides). The
+  /// operand is read from `src` (`buf` itself, or a disjoint array). Blocks
+  /// until the result is in `buf`.
   /// With `fp` (the consistency check on), the call's packed fingerprint
   /// travels in the line that announces its arrival: when any rank's
   /// differs, it returns false before touching `buf`, and so does every
   /// other rank, in whatever call it made (see arrive_checked).
-  template <DType D, ReduceOp Op>
-  bool all_reduce(const void* src, void* buf, std::size_t count, const PackedFingerprint* fp = nullptr) noexcept {
-    const std::size_t bytes = count * size_of(D);
+  bool all_reduce(MPI_User_function* fn, std::size_t es, const void* src, void* buf, std::size_t count,
+                  const PackedFingerprint* fp = nullptr) noexcept {
+    const std::size_t bytes = count * es;
     const auto* from = static_cast<const std::byte*>(src);
     auto* to = static_cast<std::byte*>(buf);
     const std::uint64_t q = ++seq_;
@@ -127,7 +128,7 @@ class NodeShm : public ShmWindow {
         mine.seq.store(q, std::memory_order_release);
         for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).lines[q & 1].seq, q);
       }
-      fold<D, Op>(to, count, [&](std::size_t j) { return control(seg_[j]).lines[q & 1].data; });
+      fold(fn, es, to, count, [&](std::size_t j) { return control(seg_[j]).lines[q & 1].data; });
       return true;
     }
     std::memcpy(operand(rank_, q), from, bytes);
@@ -138,12 +139,11 @@ class NodeShm : public ShmWindow {
       for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
     }
     if (bytes <= shm_one_phase_to_bytes) {
-      fold<D, Op>(to, count, [&](std::size_t j) { return operand(j, q); });
+      fold(fn, es, to, count, [&](std::size_t j) { return operand(j, q); });
       return true;
     }
     // Reduce-scatter: this rank folds its slice straight into buf (its own
     // operand is in its segment already), then publishes it.
-    constexpr std::size_t es = size_of(D);
     const std::size_t chunk = slice_elements(count, size_);
     const auto slice = [&](std::size_t j) {
       const std::size_t start = std::min(count, j * chunk);
@@ -152,7 +152,7 @@ class NodeShm : public ShmWindow {
     // (No structured binding: clang 14 cannot capture one in the lambda.)
     const std::pair<std::size_t, std::size_t> mine = slice(rank_);
     const std::size_t start = mine.first, n = mine.second;
-    fold<D, Op>(to + start * es, n, [&](std::size_t j) { return operand(j, q) + start * es; });
+    fold(fn, es, to + start * es, n, [&](std::size_t j) { return operand(j, q) + start * es; });
     // The reduced slice follows the operand in the set (the same place on
     // every rank: the count is the same).
     const std::size_t at = round64(bytes);
@@ -212,15 +212,14 @@ class NodeShm : public ShmWindow {
 
   // out[0, n) = operand 0 OP operand 1 ... OP operand p-1 (at_rank(j) points
   // at rank j's first element), a block at a time.
-  template <DType D, ReduceOp Op, class At>
-  void fold(std::byte* out, std::size_t n, At&& at_rank) const noexcept {
-    constexpr std::size_t es = size_of(D);
-    constexpr std::size_t block = fold_block_bytes / es > 0 ? fold_block_bytes / es : 1;
+  template <class At>
+  void fold(MPI_User_function* fn, std::size_t es, std::byte* out, std::size_t n, At&& at_rank) const noexcept {
+    const std::size_t block = fold_block_bytes / es > 0 ? fold_block_bytes / es : 1;
     for (std::size_t b = 0; b < n; b += block) {
       const std::size_t m = std::min(block, n - b);
       std::memcpy(out + b * es, at_rank(0) + b * es, m * es);
       int len = static_cast<int>(m);
-      for (std::size_t j = 1; j < size_; ++j) user_fn<D, Op>(at_rank(j) + b * es, out + b * es, &len, nullptr);
+      for (std::size_t j = 1; j < size_; ++j) fn(at_rank(j) + b * es, out + b * es, &len, nullptr);
     }
   }
 };

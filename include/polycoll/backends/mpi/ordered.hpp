@@ -85,10 +85,12 @@ inline constexpr bool order_matters =
 template <DType D, ReduceOp Op, class T>
 void fold_ranks(T* dst, const T* base, std::size_t stride, std::size_t p, std::size_t len) noexcept {
   constexpr std::size_t most = 64;
-  const T* srcs[most] = {};  // zeroed: GCC 12 cannot see that the loops below fill what is read
+  // Untyped: the instantiation every backend's fold shares.
+  const void* srcs[most] = {};  // zeroed: GCC 12 cannot see that the loops below fill what is read
+  void* const out = dst;
   if (p <= most) {
     for (std::size_t q = 0; q < p; ++q) srcs[q] = base + q * stride;
-    kernels::combine_n(dtype_tag<D>{}, op_tag<Op>{}, dst, srcs, p, len, p);
+    kernels::combine_n(dtype_tag<D>{}, op_tag<Op>{}, out, srcs, p, len, p);
     return;
   }
   constexpr ReduceOp step = Op == ReduceOp::Avg ? ReduceOp::Sum : Op;
@@ -96,7 +98,7 @@ void fold_ranks(T* dst, const T* base, std::size_t stride, std::size_t p, std::s
     std::size_t k = 0;
     if (q != 0) srcs[k++] = dst;
     while (k < most && q < p) srcs[k++] = base + q++ * stride;
-    kernels::combine_n(dtype_tag<D>{}, op_tag<step>{}, dst, srcs, k, len);
+    kernels::combine_n(dtype_tag<D>{}, op_tag<step>{}, out, srcs, k, len);
   }
   if constexpr (Op == ReduceOp::Avg) kernels::divide(dtype_tag<D>{}, dst, len, p);
 }

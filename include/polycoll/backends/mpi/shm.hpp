@@ -340,26 +340,27 @@ class PairShm : public ShmWindow {
     return holds(set_bytes_for(count, elem_size));
   }
 
-  /// In-place all_reduce of `count` (> 0) elements of D (bytes <= the size
-  /// given to ensure()), reducing through user_fn<D, Op> (Avg: the Sum step
-  /// only, the caller divides). Blocks until the result is in `buf`.
+  /// In-place all_reduce of `count` (> 0) elements of `es` bytes (bytes <=
+  /// the size given to ensure()), reducing through `fn`, the pair's user op
+  /// body user_fn<D, Op> (Avg: the Sum step only, the caller divides).
+  /// Blocks until the result is in `buf`.
   /// With `fp` (the consistency check on), the call's packed fingerprint
   /// travels in the line that announces its arrival: when the peer's
   /// differs, it returns false at once, before touching `buf` (the peer
   /// returns false too, in whatever call it made).
   /// The operand is read from `src` (`buf` itself, or a disjoint array),
   /// which is copied into `buf` only after the fingerprints matched.
-  template <DType D, ReduceOp Op>
-  bool all_reduce(const void* src, void* buf, std::size_t count, const PackedFingerprint* fp = nullptr) noexcept {
-    const std::size_t bytes = count * size_of(D);
+  bool all_reduce(MPI_User_function* fn, std::size_t es, const void* src, void* buf, std::size_t count,
+                  const PackedFingerprint* fp = nullptr) noexcept {
+    const std::size_t bytes = count * es;
     const auto* from = static_cast<const std::byte*>(src);
     auto* to = static_cast<std::byte*>(buf);
     if (bytes <= (fp ? shm_checked_inline_bytes : shm_inline_bytes)) {
-      return in_line<D, Op>(from, to, count, fp);
+      return in_line(fn, es, from, to, count, fp);
     } else if (bytes <= shm_one_phase_to_bytes) {
-      return one_phase<D, Op>(from, to, count, fp);
+      return one_phase(fn, es, from, to, count, fp);
     } else {
-      return halves<D, Op>(from, to, count, fp);
+      return halves(fn, es, from, to, count, fp);
     }
   }
 
@@ -403,9 +404,9 @@ class PairShm : public ShmWindow {
     if (src != buf) std::memcpy(buf, src, bytes);
   }
 
-  template <DType D, ReduceOp Op>
-  bool in_line(const std::byte* src, std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
-    const std::size_t bytes = count * size_of(D);
+  bool in_line(MPI_User_function* fn, std::size_t es, const std::byte* src, std::byte* buf, std::size_t count,
+               const PackedFingerprint* fp) noexcept {
+    const std::size_t bytes = count * es;
     const std::uint64_t q = ++seq_;
     ShmLine& mine = control(mine_).lines[q & 1];
     ShmLine& peer = control(peer_).lines[q & 1];
@@ -421,9 +422,9 @@ class PairShm : public ShmWindow {
     std::memcpy(theirs, peer.data, bytes);
     int len = static_cast<int>(count);
     if (rank_ == 0) {
-      user_fn<D, Op>(theirs, buf, &len, nullptr);
+      fn(theirs, buf, &len, nullptr);
     } else {
-      user_fn<D, Op>(buf, theirs, &len, nullptr);
+      fn(buf, theirs, &len, nullptr);
       std::memcpy(buf, theirs, bytes);
     }
     return true;
@@ -438,9 +439,9 @@ class PairShm : public ShmWindow {
     return true;
   }
 
-  template <DType D, ReduceOp Op>
-  bool one_phase(const std::byte* src, std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
-    const std::size_t bytes = count * size_of(D);
+  bool one_phase(MPI_User_function* fn, std::size_t es, const std::byte* src, std::byte* buf, std::size_t count,
+               const PackedFingerprint* fp) noexcept {
+    const std::size_t bytes = count * es;
     const std::uint64_t q = ++seq_;
     std::byte* const my_set = mine_ + header + (q & 1) * set_bytes_;
     std::byte* const peer_set = peer_ + header + (q & 1) * set_bytes_;
@@ -449,17 +450,16 @@ class PairShm : public ShmWindow {
     int len = static_cast<int>(count);
     if (rank_ == 0) {
       take(src, buf, bytes);
-      user_fn<D, Op>(peer_set, buf, &len, nullptr);
+      fn(peer_set, buf, &len, nullptr);
     } else {
       std::memcpy(buf, peer_set, bytes);
-      user_fn<D, Op>(my_set, buf, &len, nullptr);
+      fn(my_set, buf, &len, nullptr);
     }
     return true;
   }
 
-  template <DType D, ReduceOp Op>
-  bool halves(const std::byte* src, std::byte* buf, std::size_t count, const PackedFingerprint* fp) noexcept {
-    constexpr std::size_t es = size_of(D);
+  bool halves(MPI_User_function* fn, std::size_t es, const std::byte* src, std::byte* buf, std::size_t count,
+              const PackedFingerprint* fp) noexcept {
     const auto [mine, mine_n, other, other_n] = halves_of(count, rank_);
     const std::size_t slot = set_bytes_ / 2;
     const std::uint64_t q = ++seq_;
@@ -474,12 +474,12 @@ class PairShm : public ShmWindow {
     int len = static_cast<int>(mine_n);
     if (rank_ == 0) {
       // in = rank 1's operand (the peer's slot), inout = this rank's.
-      user_fn<D, Op>(peer_in, buf + mine * es, &len, nullptr);
+      fn(peer_in, buf + mine * es, &len, nullptr);
       std::memcpy(my_out, buf + mine * es, mine_n * es);
     } else {
       // The same operand order: inout = rank 0's operand, copied out of its slot.
       std::memcpy(my_out, peer_in, mine_n * es);
-      user_fn<D, Op>(buf + mine * es, my_out, &len, nullptr);
+      fn(buf + mine * es, my_out, &len, nullptr);
       std::memcpy(buf + mine * es, my_out, mine_n * es);
     }
     control(mine_).reduced.store(q, std::memory_order_release);

@@ -22,7 +22,10 @@
 #include <polycoll/detail/layout.hpp>
 #include <polycoll/detail/send_check.hpp>
 #include <polycoll/detail/wait.hpp>
+#include <polycoll/dtype.hpp>
 #include <polycoll/error.hpp>
+#include <polycoll/kernels/reduce.hpp>
+#include <polycoll/reduce_op.hpp>
 
 namespace polycoll {
 
@@ -126,20 +129,50 @@ inline void move(void* dst, const void* src, std::size_t bytes) noexcept {
 }
 
 // The n source pointers of one reduction: inline for the usual world sizes.
-template <class T>
+// Untyped, as the kernels' untyped combine_n takes them (see Reduction).
 class Sources {
  public:
   // inline_ is left uninitialised on purpose: every slot below n is written before use.
   explicit Sources(std::size_t n) : ptr_(n <= inline_n ? inline_ : (heap_.resize(n), heap_.data())) {}
-  const T*& operator[](std::size_t i) noexcept { return ptr_[i]; }
-  const T* const* data() const noexcept { return ptr_; }
+  const void*& operator[](std::size_t i) noexcept { return ptr_[i]; }
+  const void* const* data() const noexcept { return ptr_; }
 
  private:
   static constexpr std::size_t inline_n = 16;
-  const T* inline_[inline_n];
-  std::vector<const T*> heap_;
-  const T** ptr_;
+  const void* inline_[inline_n];
+  std::vector<const void*> heap_;
+  const void** ptr_;
 };
+
+// What the reduction collectives need of one (dtype, op) pair, as run-time
+// values: their bodies are compiled once, not once per pair (72 pairs, each
+// reached by the run-time dispatch of the seed surface and
+// AnyCommunicator); only the kernels are compiled per pair.
+struct Reduction {
+  DType dtype;
+  ReduceOp op;
+  std::size_t size;  // bytes per element
+  // dst[i] = a[i] OP b[i] (Avg: the Sum step), kernels::combine.
+  void (*combine)(void* dst, const void* a, const void* b, std::size_t n) noexcept;
+  // kernels::combine_n: the rank-order fold of k sources, divided for Avg.
+  void (*fold)(void* dst, const void* const* srcs, std::size_t k, std::size_t n, std::size_t divisor) noexcept;
+};
+
+template <DType D, ReduceOp Op>
+void combine_erased(void* dst, const void* a, const void* b, std::size_t n) noexcept {
+  using T = typename dtype_tag<D>::type;
+  kernels::combine(dtype_tag<D>{}, op_tag<Op>{}, static_cast<T*>(dst), static_cast<const T*>(a),
+                   static_cast<const T*>(b), n);
+}
+
+template <DType D, ReduceOp Op>
+void fold_erased(void* dst, const void* const* srcs, std::size_t k, std::size_t n, std::size_t divisor) noexcept {
+  kernels::combine_n(dtype_tag<D>{}, op_tag<Op>{}, dst, srcs, k, n, divisor);
+}
+
+/// The Reduction of the valid pair (D, Op).
+template <DType D, ReduceOp Op>
+inline constexpr Reduction reduction_of = {D, Op, size_of(D), &combine_erased<D, Op>, &fold_erased<D, Op>};
 
 /// Bytes a latency-path contribution may carry inside an arrival line.
 inline constexpr std::size_t inline_bytes = 56;
