@@ -352,6 +352,45 @@ TEST_CASE("combine_n matches a left fold of the reference for every valid (dtype
   });
 }
 
+// The typed combine_n hands the untyped one up to 64 sources at once; more
+// are folded a block at a time through a buffer. Same bits as a left fold,
+// with dst any source, including one that only a later batch reads, and the
+// block boundary crossed (8192 elements: past the 1-byte types' block).
+TEST_CASE("combine_n over more than 64 sources matches a left fold for every valid (dtype, op)", "[reduce]") {
+  constexpr std::size_t k = 70, n = 8200;
+  for_each_valid_pair([&]<DType D, ReduceOp Op>(dtype_tag<D> dt, op_tag<Op> op) {
+    Rng g{0xBA7C4000u + static_cast<unsigned>(D) * 16 + static_cast<unsigned>(Op)};
+    std::vector<Buffer<elem_t<D>>> src;
+    for (std::size_t j = 0; j < k; ++j) src.push_back(random_buffer<D>(n, g));
+    const std::size_t divisor = Op == ReduceOp::Avg ? k : 7;
+    Buffer<elem_t<D>> want(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      elem_t<D> v = src[0][i];
+      for (std::size_t j = 1; j < k; ++j) v = ref_step<D, Op>(v, src[j][i]);
+      if constexpr (Op == ReduceOp::Avg) v = ref_divide<D>(v, divisor);
+      want[i] = v;
+    }
+    std::vector<const elem_t<D>*> ptrs;
+    for (std::size_t j = 0; j < k; ++j) ptrs.push_back(src[j].data());
+    INFO((label<D, Op>(n, k)));
+    auto out = random_buffer<D>(n, g);
+    kn::combine_n(dt, op, out.data(), ptrs.data(), k, n, divisor);
+    auto d = compare<D>(out, want, out[n]);
+    CHECK(d.mismatches == 0);
+    CHECK(d.guard_ok);
+    for (std::size_t a : {std::size_t{0}, std::size_t{63}, std::size_t{64}, k - 1}) {
+      INFO("dst == srcs[" << a << "]");
+      auto in_place = copy_of(src[a]);
+      ptrs[a] = in_place.data();
+      kn::combine_n(dt, op, in_place.data(), ptrs.data(), k, n, divisor);
+      ptrs[a] = src[a].data();
+      d = compare<D>(in_place, want, src[a][n]);
+      CHECK(d.mismatches == 0);
+      CHECK(d.guard_ok);
+    }
+  });
+}
+
 TEST_CASE("combine_n with k == 0 or n == 0 writes nothing", "[reduce]") {
   float dst[3] = {1.0f, 2.0f, 3.0f};
   const float src[3] = {9.0f, 9.0f, 9.0f};

@@ -419,6 +419,44 @@ void fold_n(T* dst, const Src* srcs, std::size_t k, std::size_t n, std::size_t d
 
 }  // namespace detail
 
+/// The pair whose loops compute (D, Op): pairs with the same bits share one
+/// kernel, so that a TU that instantiates every pair (the run-time dispatch,
+/// in header-only mode) compiles 56 kernels, not 72. `lanes` elements of the
+/// shared pair make one of D's.
+/// - signed integer Sum and Prod: modulo 2^bits, computed in the unsigned type
+///   (integer_unit), so they are the unsigned pair's bits;
+/// - bool: or and and on the values 0 and 1 are u8 max and min;
+/// - c64 and c128 Sum and Avg: component-wise (complex_unit), so the real
+///   pair's over twice the elements.
+/// Every shared access is one C++ allows: a signed integer through its
+/// unsigned type, bool through unsigned char, std::complex<R> as R[2].
+struct KernelPair {
+  DType dtype;
+  ReduceOp op;
+  std::size_t lanes;
+};
+
+template <DType D, ReduceOp Op>
+constexpr KernelPair kernel_pair() noexcept {
+  const bool sum_or_prod = Op == ReduceOp::Sum || Op == ReduceOp::Prod;
+  if constexpr (D == DType::I8 || D == DType::I16 || D == DType::I32 || D == DType::I64) {
+    if (sum_or_prod) {
+      return {D == DType::I8 ? DType::U8 : D == DType::I16 ? DType::U16 : D == DType::I32 ? DType::U32 : DType::U64,
+              Op, 1};
+    }
+  } else if constexpr (D == DType::Bool) {
+    return {DType::U8, Op == ReduceOp::Sum || Op == ReduceOp::Max ? ReduceOp::Max : ReduceOp::Min, 1};
+  } else if constexpr (D == DType::C64 || D == DType::C128) {
+    if (Op == ReduceOp::Sum || Op == ReduceOp::Avg) return {D == DType::C64 ? DType::F32 : DType::F64, Op, 2};
+  }
+  return {D, Op, 1};
+}
+
+template <DType D, ReduceOp Op>
+inline constexpr bool has_own_kernel = kernel_pair<D, Op>().dtype == D;
+
+static_assert(sizeof(bool) == 1, "polycoll::kernels: bool shares u8's kernels, so it must be one byte");
+
 /// Element-wise binary reduction: `dst[i] = a[i] OP b[i]` for `i < n`.
 ///
 /// For `Avg` this is the Sum step (the division happens once, at the end: see
@@ -432,38 +470,24 @@ void combine(dtype_tag<D>, op_tag<Op>, typename dtype_tag<D>::type* dst, const t
                 "polycoll::kernels::combine: this (dtype, op) pair has no reduction: min/max are undefined on "
                 "complex dtypes (c64, c128), and avg needs a floating or complex dtype (use sum on integers "
                 "and bool); see polycoll::is_valid");
-  if constexpr (is_valid_v<D, Op>) {
+  if constexpr (!is_valid_v<D, Op>) {
+    return;
+  } else if constexpr (!has_own_kernel<D, Op>) {
+    constexpr KernelPair k = kernel_pair<D, Op>();
+    using S = typename dtype_tag<k.dtype>::type;
+    combine(dtype_tag<k.dtype>{}, op_tag<k.op>{}, reinterpret_cast<S*>(dst), reinterpret_cast<const S*>(a),
+            reinterpret_cast<const S*>(b), n * k.lanes);
+  } else {
     using U = detail::unit_t<D, Op>;
     detail::binary_loop<U>(detail::as_lanes<U>(dst), detail::as_lanes<U>(a), detail::as_lanes<U>(b),
                            n * U::lanes_per_element);
   }
 }
 
-/// Folds `k >= 1` sources element-wise into `dst`:
-/// `dst[i] = ((srcs[0][i] OP srcs[1][i]) OP srcs[2][i]) ... OP srcs[k-1][i]`,
-/// left to right with combine's rounding per step (bit-identical to k-1
-/// combine calls), then, for `Avg` only, divided by `divisor` (>= 1) as
-/// divide() does. The reduce-scatter hot path: each source is read once and
-/// dst written once, with no temporary. `dst` may be exactly one of the
-/// sources, at any position (an in-place fold in rank order has it at the
-/// caller's rank), and must not otherwise overlap any source. `k == 0` leaves
-/// dst untouched.
-template <DType D, ReduceOp Op>
-void combine_n(dtype_tag<D>, op_tag<Op>, typename dtype_tag<D>::type* dst,
-               const typename dtype_tag<D>::type* const* srcs, std::size_t k, std::size_t n,
-               std::size_t divisor = 1) noexcept {
-  static_assert(is_valid_v<D, Op>,
-                "polycoll::kernels::combine_n: this (dtype, op) pair has no reduction: min/max are undefined "
-                "on complex dtypes (c64, c128), and avg needs a floating or complex dtype (use sum on "
-                "integers and bool); see polycoll::is_valid");
-  if constexpr (is_valid_v<D, Op>) {
-    detail::fold_n<detail::unit_t<D, Op>, Op == ReduceOp::Avg>(dst, srcs, k, n, divisor);
-  }
-}
-
-/// combine_n over untyped pointers: `dst` and each `srcs[j]` point at arrays
-/// of the pair's element type. The same fold, bits and rules; the form the
-/// backends call, since they hold their sources as `const void*`.
+/// combine_n (below) over untyped pointers: `dst` and each `srcs[j]` point at
+/// arrays of the pair's element type. The same fold, bits and rules; the form
+/// the backends call, since they hold their sources as `const void*`, and the
+/// one that holds the loops.
 template <DType D, ReduceOp Op>
 void combine_n(dtype_tag<D>, op_tag<Op>, void* dst, const void* const* srcs, std::size_t k, std::size_t n,
                std::size_t divisor = 1) noexcept {
@@ -471,7 +495,12 @@ void combine_n(dtype_tag<D>, op_tag<Op>, void* dst, const void* const* srcs, std
                 "polycoll::kernels::combine_n: this (dtype, op) pair has no reduction: min/max are undefined "
                 "on complex dtypes (c64, c128), and avg needs a floating or complex dtype (use sum on "
                 "integers and bool); see polycoll::is_valid");
-  if constexpr (is_valid_v<D, Op>) {
+  if constexpr (!is_valid_v<D, Op>) {
+    return;
+  } else if constexpr (!has_own_kernel<D, Op>) {
+    constexpr KernelPair kp = kernel_pair<D, Op>();
+    combine_n(dtype_tag<kp.dtype>{}, op_tag<kp.op>{}, dst, srcs, k, n * kp.lanes, divisor);
+  } else {
     detail::fold_n<detail::unit_t<D, Op>, Op == ReduceOp::Avg>(static_cast<typename dtype_tag<D>::type*>(dst), srcs,
                                                                k, n, divisor);
   }
@@ -488,6 +517,58 @@ void divide(dtype_tag<D>, typename dtype_tag<D>::type* x, std::size_t n, std::si
   if constexpr (is_valid_v<D, ReduceOp::Avg>) {
     using U = detail::unit_t<D, ReduceOp::Avg>;
     detail::finish_loop<U>(detail::as_lanes<U>(x), n * U::lanes_per_element, U::make_divisor(divisor));
+  }
+}
+
+/// Folds `k >= 1` sources element-wise into `dst`:
+/// `dst[i] = ((srcs[0][i] OP srcs[1][i]) OP srcs[2][i]) ... OP srcs[k-1][i]`,
+/// left to right with combine's rounding per step (bit-identical to k-1
+/// combine calls), then, for `Avg` only, divided by `divisor` (>= 1) as
+/// divide() does. The reduce-scatter hot path: each source is read once and
+/// dst written once, with no temporary. `dst` may be exactly one of the
+/// sources, at any position (an in-place fold in rank order has it at the
+/// caller's rank), and must not otherwise overlap any source. `k == 0` leaves
+/// dst untouched.
+///
+/// The loops are the untyped form's: this one passes it the sources as
+/// `const void*`, up to 64 at once. More sources are folded a block of
+/// elements at a time in an L1 buffer, 64 sources in the first pass and the
+/// buffer plus 63 in each later one, the Avg division last, so the order and
+/// every rounding step stay those of one fold, and dst, which may be any of
+/// the sources, is written only after every source's block was read.
+template <DType D, ReduceOp Op>
+void combine_n(dtype_tag<D> d, op_tag<Op> o, typename dtype_tag<D>::type* dst,
+               const typename dtype_tag<D>::type* const* srcs, std::size_t k, std::size_t n,
+               std::size_t divisor = 1) noexcept {
+  static_assert(is_valid_v<D, Op>,
+                "polycoll::kernels::combine_n: this (dtype, op) pair has no reduction: min/max are undefined "
+                "on complex dtypes (c64, c128), and avg needs a floating or complex dtype (use sum on "
+                "integers and bool); see polycoll::is_valid");
+  if constexpr (is_valid_v<D, Op>) {
+    using T = typename dtype_tag<D>::type;
+    constexpr std::size_t batch = 64;
+    const void* p[batch];
+    if (k <= batch) {
+      for (std::size_t j = 0; j < k; ++j) p[j] = srcs[j];
+      combine_n(d, o, static_cast<void*>(dst), p, k, n, divisor);
+      return;
+    }
+    constexpr ReduceOp step = Op == ReduceOp::Avg ? ReduceOp::Sum : Op;
+    constexpr std::size_t block = detail::fold_block_bytes / sizeof(T);
+    static_assert(block > 0, "polycoll::kernels: an element is larger than the fold block");
+    alignas(64) unsigned char staging[detail::fold_block_bytes];
+    T* const acc = reinterpret_cast<T*>(staging);
+    for (std::size_t off = 0; off < n; off += block) {
+      const std::size_t len = n - off < block ? n - off : block;
+      for (std::size_t q = 0; q < k;) {
+        std::size_t m = 0;
+        if (q != 0) p[m++] = acc;
+        while (m < batch && q < k) p[m++] = srcs[q++] + off;
+        combine_n(d, op_tag<step>{}, static_cast<void*>(acc), p, m, len);
+      }
+      if constexpr (Op == ReduceOp::Avg) divide(d, acc, len, divisor);
+      std::memcpy(static_cast<void*>(dst + off), acc, len * sizeof(T));
+    }
   }
 }
 
@@ -524,10 +605,6 @@ void divide(dtype_tag<D>, typename dtype_tag<D>::type* x, std::size_t n, std::si
   Prefix template void combine<DType::D, ReduceOp::Op>(                                                         \
       dtype_tag<DType::D>, op_tag<ReduceOp::Op>, dtype_tag<DType::D>::type*, const dtype_tag<DType::D>::type*, \
       const dtype_tag<DType::D>::type*, std::size_t) noexcept;                                                 \
-  Prefix template void combine_n<DType::D, ReduceOp::Op>(dtype_tag<DType::D>, op_tag<ReduceOp::Op>,           \
-                                                         dtype_tag<DType::D>::type*,                          \
-                                                         const dtype_tag<DType::D>::type* const*, std::size_t, \
-                                                         std::size_t, std::size_t) noexcept;           \
   Prefix template void combine_n<DType::D, ReduceOp::Op>(dtype_tag<DType::D>, op_tag<ReduceOp::Op>, void*,     \
                                                          const void* const*, std::size_t, std::size_t,        \
                                                          std::size_t) noexcept;

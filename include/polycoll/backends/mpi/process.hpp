@@ -301,11 +301,10 @@ inline bool cpu_has_avx2() noexcept {
 }
 #endif
 
-/// MPI_Op body: inout[i] = in[i] OP inout[i], the AVX2 clone where the build
+/// inout[i] = in[i] OP inout[i] for i < n: the AVX2 clone where the build
 /// lacks AVX2 and the CPU has it, reduce_body otherwise.
 template <DType D, ReduceOp Op>
-void user_fn(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto n = static_cast<std::size_t>(*len);
+void user_body(void* in, void* inout, std::size_t n) noexcept {
 #if defined(POLYCOLL_DETAIL_MPI_AVX2_DISPATCH)
   if (cpu_has_avx2()) {
     reduce_body_avx2<D, Op>(in, inout, n);
@@ -313,6 +312,15 @@ void user_fn(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 #endif
   reduce_body<D, Op>(in, inout, n);
+}
+
+/// MPI_Op body of (D, Op): inout[i] = in[i] OP inout[i]. Avg reduces as Sum,
+/// and the pairs that share a kernel (kernels::kernel_pair) share one body
+/// and one AVX2 clone.
+template <DType D, ReduceOp Op>
+void user_fn(void* in, void* inout, int* len, MPI_Datatype*) {
+  constexpr kernels::KernelPair k = kernels::kernel_pair<D, Op == ReduceOp::Avg ? ReduceOp::Sum : Op>();
+  user_body<k.dtype, k.op>(in, inout, static_cast<std::size_t>(*len) * k.lanes);
 }
 
 // libpolycoll holds the user op bodies of every valid pair (src/mpi.cpp).
