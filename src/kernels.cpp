@@ -1,6 +1,7 @@
 // libpolycoll: the reduction kernels of every valid (dtype, op) pair, the
 // definitions that <polycoll/kernels/reduce.hpp> declares `extern template`.
 #define POLYCOLL_DETAIL_BUILDING_LIBRARY 1
+#define POLYCOLL_DETAIL_INLINE_KERNELS 1
 #include <polycoll/kernels/reduce.hpp>
 
 #include <cstddef>

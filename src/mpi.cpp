@@ -3,6 +3,8 @@
 // valid pair, which <polycoll/backends/mpi.hpp> and
 // <polycoll/backends/mpi/process.hpp> declare `extern template`.
 #define POLYCOLL_DETAIL_BUILDING_LIBRARY 1
+// The user ops' AVX2 clones inline the kernels (kernels/reduce.hpp).
+#define POLYCOLL_DETAIL_INLINE_KERNELS 1
 #include <polycoll/backends/mpi.hpp>
 
 template class polycoll::BasicMpi<polycoll::mpi::DefaultPolicies>;

@@ -611,11 +611,14 @@ void combine_n(dtype_tag<D> d, op_tag<Op> o, typename dtype_tag<D>::type* dst,
 #define POLYCOLL_DETAIL_KERNEL_DIVIDE(Prefix, D) \
   Prefix template void divide<DType::D>(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t, std::size_t) noexcept;
 
-// The kernels live in libpolycoll unless POLYCOLL_HEADER_ONLY. The library's
-// own sources (POLYCOLL_DETAIL_BUILDING_LIBRARY) instantiate them inline
-// instead, so that the backends and the MPI user ops there can inline them
-// (the user op's AVX2 clone flattens the kernel into itself).
-#if !defined(POLYCOLL_HEADER_ONLY) && !defined(POLYCOLL_DETAIL_BUILDING_LIBRARY)
+// The kernels live in libpolycoll unless POLYCOLL_HEADER_ONLY. Two of the
+// library's sources (POLYCOLL_DETAIL_INLINE_KERNELS) instantiate them inline
+// instead: src/kernels.cpp, which defines them, and src/mpi.cpp, whose MPI
+// user ops' AVX2 clones flatten the kernel into themselves (a clone can only
+// inline a body it instantiates). The other backends reach the kernels
+// through function pointers (their Reduction), so an inline copy would
+// only cost compile time.
+#if !defined(POLYCOLL_HEADER_ONLY) && !defined(POLYCOLL_DETAIL_INLINE_KERNELS)
 namespace polycoll::kernels {
 #define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_KERNEL_PAIR(extern, D, Op)
 POLYCOLL_DETAIL_FOR_EACH_VALID_PAIR(POLYCOLL_DETAIL_X)
