@@ -3,6 +3,8 @@
 // <polycoll/backends/threads.hpp> declares; AnyCommunicator's table for
 // Threads calls them.
 #define POLYCOLL_DETAIL_BUILDING_LIBRARY 1
+// The Reduction entries hold the kernels' loops (kernels/reduce.hpp).
+#define POLYCOLL_DETAIL_INLINE_KERNELS 1
 #define POLYCOLL_DETAIL_DEFINE_THREADS 1
 #include <polycoll/backends/threads.hpp>
 

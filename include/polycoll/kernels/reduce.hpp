@@ -611,13 +611,13 @@ void combine_n(dtype_tag<D> d, op_tag<Op> o, typename dtype_tag<D>::type* dst,
 #define POLYCOLL_DETAIL_KERNEL_DIVIDE(Prefix, D) \
   Prefix template void divide<DType::D>(dtype_tag<DType::D>, dtype_tag<DType::D>::type*, std::size_t, std::size_t) noexcept;
 
-// The kernels live in libpolycoll unless POLYCOLL_HEADER_ONLY. Two of the
+// The kernels live in libpolycoll unless POLYCOLL_HEADER_ONLY. Three of the
 // library's sources (POLYCOLL_DETAIL_INLINE_KERNELS) instantiate them inline
-// instead: src/kernels.cpp, which defines them, and src/mpi.cpp, whose MPI
-// user ops' AVX2 clones flatten the kernel into themselves (a clone can only
-// inline a body it instantiates). The other backends reach the kernels
-// through function pointers (their Reduction), so an inline copy would
-// only cost compile time.
+// instead: src/kernels.cpp, which defines them; src/mpi.cpp, whose MPI user
+// ops' AVX2 clones flatten the kernel into themselves (a clone can only
+// inline a body it instantiates); and src/threads.cpp, whose Reduction
+// entries then hold the loop itself rather than a call into the kernel (a
+// call more per 8-byte all_reduce). NoOp reduces nothing.
 #if !defined(POLYCOLL_HEADER_ONLY) && !defined(POLYCOLL_DETAIL_INLINE_KERNELS)
 namespace polycoll::kernels {
 #define POLYCOLL_DETAIL_X(D, Op) POLYCOLL_DETAIL_KERNEL_PAIR(extern, D, Op)
