@@ -419,6 +419,8 @@ void fold_n(T* dst, const Src* srcs, std::size_t k, std::size_t n, std::size_t d
 
 }  // namespace detail
 
+namespace detail {
+
 /// The pair whose loops compute (D, Op): pairs with the same bits share one
 /// kernel, so that a TU that instantiates every pair (the run-time dispatch,
 /// in header-only mode) compiles 56 kernels, not 72. `lanes` elements of the
@@ -455,6 +457,8 @@ constexpr KernelPair kernel_pair() noexcept {
 template <DType D, ReduceOp Op>
 inline constexpr bool has_own_kernel = kernel_pair<D, Op>().dtype == D;
 
+}  // namespace detail
+
 static_assert(sizeof(bool) == 1, "polycoll::kernels: bool shares u8's kernels, so it must be one byte");
 
 /// Element-wise binary reduction: `dst[i] = a[i] OP b[i]` for `i < n`.
@@ -472,8 +476,8 @@ void combine(dtype_tag<D>, op_tag<Op>, typename dtype_tag<D>::type* dst, const t
                 "and bool); see polycoll::is_valid");
   if constexpr (!is_valid_v<D, Op>) {
     return;
-  } else if constexpr (!has_own_kernel<D, Op>) {
-    constexpr KernelPair k = kernel_pair<D, Op>();
+  } else if constexpr (!detail::has_own_kernel<D, Op>) {
+    constexpr detail::KernelPair k = detail::kernel_pair<D, Op>();
     using S = typename dtype_tag<k.dtype>::type;
     combine(dtype_tag<k.dtype>{}, op_tag<k.op>{}, reinterpret_cast<S*>(dst), reinterpret_cast<const S*>(a),
             reinterpret_cast<const S*>(b), n * k.lanes);
@@ -497,8 +501,8 @@ void combine_n(dtype_tag<D>, op_tag<Op>, void* dst, const void* const* srcs, std
                 "integers and bool); see polycoll::is_valid");
   if constexpr (!is_valid_v<D, Op>) {
     return;
-  } else if constexpr (!has_own_kernel<D, Op>) {
-    constexpr KernelPair kp = kernel_pair<D, Op>();
+  } else if constexpr (!detail::has_own_kernel<D, Op>) {
+    constexpr detail::KernelPair kp = detail::kernel_pair<D, Op>();
     combine_n(dtype_tag<kp.dtype>{}, op_tag<kp.op>{}, dst, srcs, k, n * kp.lanes, divisor);
   } else {
     detail::fold_n<detail::unit_t<D, Op>, Op == ReduceOp::Avg>(static_cast<typename dtype_tag<D>::type*>(dst), srcs,

@@ -315,11 +315,12 @@ void user_body(void* in, void* inout, std::size_t n) noexcept {
 }
 
 /// MPI_Op body of (D, Op): inout[i] = in[i] OP inout[i]. Avg reduces as Sum,
-/// and the pairs that share a kernel (kernels::kernel_pair) share one body
-/// and one AVX2 clone.
+/// and the pairs that share a kernel (kernels::detail::kernel_pair) share
+/// one body and one AVX2 clone.
 template <DType D, ReduceOp Op>
 void user_fn(void* in, void* inout, int* len, MPI_Datatype*) {
-  constexpr kernels::KernelPair k = kernels::kernel_pair<D, Op == ReduceOp::Avg ? ReduceOp::Sum : Op>();
+  constexpr ReduceOp step = Op == ReduceOp::Avg ? ReduceOp::Sum : Op;
+  constexpr kernels::detail::KernelPair k = kernels::detail::kernel_pair<D, step>();
   user_body<k.dtype, k.op>(in, inout, static_cast<std::size_t>(*len) * k.lanes);
 }
 
