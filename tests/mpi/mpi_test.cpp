@@ -929,6 +929,72 @@ TEST_CASE("POLYCOLL_MPI_SHM=0 on one rank keeps every rank off the windows", "[m
   CHECK(v[0] == static_cast<float>(w * w * (w + 1) / 2));
 }
 
+// POLYCOLL_MPI_ALL_REDUCE forces the algorithm where it can serve the call
+// (docs/mpi.md, "Which algorithm serves a call"); last_all_reduce_algorithm()
+// says which one did. Results are checked against the exact sums every time,
+// bf16 sums (always polycoll's unit) and i32 max (MPI's predefined op unless
+// polycoll's algorithms take it) included. The ranks agree: one rank's value
+// alone is ignored. An unknown value fails the factory, naming the variable.
+TEST_CASE("POLYCOLL_MPI_ALL_REDUCE forces the all_reduce algorithm", "[mpi][algorithms]") {
+  int ri = 0, wi = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &ri);
+  MPI_Comm_size(MPI_COMM_WORLD, &wi);
+  const std::size_t r = static_cast<std::size_t>(ri), w = static_cast<std::size_t>(wi);
+  const bool node = one_node();
+  // The algorithm a forced value gives for `bytes` (not 0) at this world size.
+  auto expected = [&](const std::string& forced, std::size_t bytes) -> std::string {
+    if (w == 1) return "mpi";
+    if (forced == "mpi") return "mpi";
+    const bool pair_window = w == 2 && node && bytes <= detail::mpi::shm_to_bytes;
+    const bool node_window = w >= 3 && node && bytes <= detail::mpi::node_shm_to_bytes(w);
+    if (w == 2 && forced == "exchange" && bytes <= detail::mpi::exchange_to_bytes) return "exchange";
+    if (w == 2 && forced == "halving") return "halving";
+    if (pair_window) return "window";
+    if (node_window) return "node window";
+    if (w == 2 && bytes <= detail::mpi::exchange_to_bytes) return "exchange";
+    if (w == 2 && detail::mpi::halving_mpi && bytes >= detail::mpi::halving_from_bytes) return "halving";
+    return "mpi";
+  };
+  for (const std::string forced : {"mpi", "window", "exchange", "halving", "auto"}) {
+    ::setenv("POLYCOLL_MPI_ALL_REDUCE", forced.c_str(), 1);
+    Mpi comm = world();
+    ::unsetenv("POLYCOLL_MPI_ALL_REDUCE");
+    CHECK(comm.last_all_reduce_algorithm() == "none");
+    for (std::size_t n : {std::size_t{1}, std::size_t{100}, std::size_t{5000}, std::size_t{300000}}) {
+      INFO(forced << ", " << n << " f32 at " << w << " ranks");
+      std::vector<float> f(n, static_cast<float>(r + 1));
+      REQUIRE(comm.all_reduce(std::span(f), polycoll::sum));
+      CHECK(comm.last_all_reduce_algorithm() == expected(forced, n * 4));
+      CHECK(f[0] == static_cast<float>(w * (w + 1) / 2));
+      CHECK(f[n - 1] == static_cast<float>(w * (w + 1) / 2));
+      std::vector<bf16> h(n, bf16(static_cast<float>(r + 1)));
+      REQUIRE(comm.all_reduce(std::span(h), polycoll::sum));
+      CHECK(comm.last_all_reduce_algorithm() == expected(forced, n * 2));
+      CHECK(static_cast<float>(h[n - 1]) == static_cast<float>(w * (w + 1) / 2));
+      std::vector<std::int32_t> m(n, static_cast<std::int32_t>(r));
+      m[n / 2] = static_cast<std::int32_t>(100 + r);
+      REQUIRE(comm.all_reduce(std::span(m), polycoll::max));
+      CHECK(m[n - 1] == static_cast<std::int32_t>(n == 1 ? 100 + w - 1 : w - 1));
+      CHECK(m[n / 2] == static_cast<std::int32_t>(100 + w - 1));
+    }
+  }
+  // One rank's value alone: the ranks agree on none, the usual choice.
+  if (r == 0) ::setenv("POLYCOLL_MPI_ALL_REDUCE", "mpi", 1);
+  Mpi mixed = world();
+  if (r == 0) ::unsetenv("POLYCOLL_MPI_ALL_REDUCE");
+  std::vector<float> v(100, 1.0f);
+  REQUIRE(mixed.all_reduce(std::span(v), polycoll::sum));
+  CHECK(mixed.last_all_reduce_algorithm() == expected("auto", 400));
+  CHECK(v[99] == static_cast<float>(w));
+  // An unknown value: the factory fails on every rank, naming it.
+  ::setenv("POLYCOLL_MPI_ALL_REDUCE", "fastest", 1);
+  auto bad = Mpi::world();
+  ::unsetenv("POLYCOLL_MPI_ALL_REDUCE");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code == Errc::invalid_argument);
+  CHECK_THAT(bad.error().message, Catch::Matchers::Contains("POLYCOLL_MPI_ALL_REDUCE=\"fastest\""));
+}
+
 // The window is freed collectively: a rank whose peer does not come to free it
 // within drop_timeout leaves it to MPI_Finalize and says so, instead of
 // waiting in MPI_Win_free; the late peer then does not wait either.

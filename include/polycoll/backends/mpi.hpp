@@ -160,6 +160,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     auto guard = lock();
     return state_->shm.segment_bytes() + state_->node_shm.segment_bytes();
   }
+  /// The algorithm that served this communicator's last all_reduce (docs/mpi.md,
+  /// "Which algorithm serves a call"): "window" (2 ranks on a node), "node
+  /// window" (3 or more), "exchange", "halving", "rank order"
+  /// (Options::reproducible), "mpi" (MPI_Allreduce or MPI_Iallreduce); "none"
+  /// before the first (or when it failed before choosing one).
+  [[nodiscard]] std::string_view last_all_reduce_algorithm() const noexcept {
+    if (!state_) return "none";
+    auto guard = lock();
+    return state_->last_all_reduce;
+  }
   /// Operations posted and not yet completed by sync().
   [[nodiscard]] std::size_t pending() const noexcept {
     if (!state_) return 0;
@@ -530,7 +540,23 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     // growth) sends its fingerprint with its operand (check() above).
     std::optional<detail::CallDesc> rides;
     const bool pair = pair_algorithms(r);
-    if (pair) {
+    using detail::mpi::ForcedAllReduce;
+    // polycoll's algorithms run on their own dup of comm, made (with the
+    // ranks' agreement on POLYCOLL_MPI_ALL_REDUCE) at the first blocking
+    // all_reduce that may take one: every rank comes here in the same call.
+    if (pair && !nonblocking && !dl && state_->size >= 2 && count != 0 && state_->pair_comm == MPI_COMM_NULL) {
+      if (auto s = make_pair_comm(c); !s) return s;
+    }
+    // POLYCOLL_MPI_ALL_REDUCE: what it forces where it can serve this call;
+    // the usual choice elsewhere (docs/mpi.md, "Which algorithm serves a call").
+    const ForcedAllReduce forced = state_->forced;
+    const bool fits_exchange =
+        detail::mpi::exchange_to_bytes > 0 && count != 0 && bytes <= detail::mpi::exchange_to_bytes;
+    const bool force_mpi = forced == ForcedAllReduce::mpi;
+    const bool force_exchange = forced == ForcedAllReduce::exchange && state_->size == 2 && fits_exchange;
+    const bool force_halving = forced == ForcedAllReduce::halving && state_->size == 2 && count != 0;
+    const bool window_allowed = !force_mpi && !force_exchange && !force_halving;
+    if (pair && window_allowed) {
       // (window_checks: the window of this size of communicator is ready.)
       const auto fits = [&] {
         return state_->size == 2 ? bytes <= detail::mpi::shm_to_bytes && state_->shm.fits(count, r.size)
@@ -550,12 +576,16 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     // asks for: where it may serve the call, the rank-order path waits to
     // see whether it does (below).
     bool node_window = false;
-    if (pair) {
+    if (pair && window_allowed) {
       node_window = !nonblocking && !dl && state_->size >= 3 && count != 0 &&
                     bytes <= detail::mpi::node_shm_to_bytes(state_->size) && !state_->node_shm.refused();
     }
-    if (ordered(r) && !node_window) return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
+    if (ordered(r) && !node_window) {
+      state_->last_all_reduce = "rank order";
+      return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
+    }
     if (nonblocking || dl) {
+      state_->last_all_reduce = "mpi";
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Iallreduce(send ? send : MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallreduce");
@@ -565,14 +595,11 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     } else {
       bool done = false;
       if (pair) {
-        const bool small = detail::mpi::exchange_to_bytes > 0 && count != 0 && bytes <= detail::mpi::exchange_to_bytes;
-        const bool large = detail::mpi::halving_mpi && bytes >= detail::mpi::halving_from_bytes;
-        const bool window = count != 0 && bytes <= detail::mpi::shm_to_bytes;
+        const bool small = !force_mpi && !force_halving && fits_exchange;
+        const bool large = force_halving || (!force_mpi && !force_exchange && detail::mpi::halving_mpi &&
+                                             bytes >= detail::mpi::halving_from_bytes);
+        const bool window = window_allowed && count != 0 && bytes <= detail::mpi::shm_to_bytes;
         if (state_->size == 2 && (small || large || window)) {
-          if (state_->pair_comm == MPI_COMM_NULL) {
-            rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
-            if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (2-rank all_reduce)");
-          }
           if (window) {
             rc = state_->shm.ensure(state_->pair_comm, state_->rank, count, r.size);
             if (rc != MPI_SUCCESS) {
@@ -599,22 +626,21 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             }
             send = nullptr;
             done = true;
+            state_->last_all_reduce = "window";
           } else if (small) {
             rc = detail::mpi::exchange_allreduce_2(r.body, r.size, dt, buf, count, state_->rank, state_->pair_comm);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (2-rank exchange all_reduce)");
             done = true;
+            state_->last_all_reduce = "exchange";
           } else if (large) {
             rc = detail::mpi::halving_allreduce_2(r.body, r.size, dt, buf, count, state_->rank, state_->pair_comm,
                                                   state_->halving_scratch);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
             done = true;
+            state_->last_all_reduce = "halving";
           }
         } else if (node_window) {
           // Every rank on one node: the p-rank window (backends/mpi/node_shm.hpp).
-          if (state_->pair_comm == MPI_COMM_NULL) {
-            rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
-            if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (node all_reduce window)");
-          }
           rc = state_->node_shm.ensure(state_->pair_comm, state_->rank, state_->size, count, r.size);
           if (rc != MPI_SUCCESS) {
             return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (node all_reduce window)");
@@ -632,14 +658,19 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             }
             send = nullptr;
             done = true;
+            state_->last_all_reduce = "node window";
           }
         }
       }
       // The node window was refused just now: the rank-order path after all.
-      if (!done && ordered(r)) return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
+      if (!done && ordered(r)) {
+        state_->last_all_reduce = "rank order";
+        return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
+      }
       if (!done) {
         rc = MPI_Allreduce(send ? send : MPI_IN_PLACE, buf, n, dt, op, state_->comm);
         if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
+        state_->last_all_reduce = "mpi";
       }
       if (r.avg()) r.divide(buf, count, state_->size);
     }
@@ -658,6 +689,21 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // an FMA (GCC's default for C++, and clang's within an expression), which
   // rounds differently with the operands swapped, as the 2-rank algorithms
   // and MPI's user op may swap them: those take the rank-order path at 2 too.
+  // pair_comm, and the ranks' agreement on POLYCOLL_MPI_ALL_REDUCE: one
+  // MPI_Allreduce of (code, -code) with MPI_MAX; when the ranks differ, none
+  // (a rank on another path than its peers would wait for them forever).
+  Status make_pair_comm(const detail::CallDesc& c) {
+    int rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (polycoll's all_reduce algorithms)");
+    const int mine = static_cast<int>(state_->forced_local);
+    int codes[2] = {mine, -mine};
+    rc = MPI_Allreduce(MPI_IN_PLACE, codes, 2, MPI_INT, MPI_MAX, state_->pair_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (POLYCOLL_MPI_ALL_REDUCE)");
+    state_->forced = codes[0] == -codes[1] ? static_cast<detail::mpi::ForcedAllReduce>(codes[0])
+                                           : detail::mpi::ForcedAllReduce::none;
+    return {};
+  }
+
   bool ordered(const detail::mpi::Reduction& r) const noexcept {
     return r.order_matters && state_->options.reproducible && state_->size >= (r.complex_prod ? 2u : 3u);
   }
@@ -1201,6 +1247,12 @@ template <class Policies>
 Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm comm, Mode mode, const Options& options) {
   if (auto st = detail::check_on_error_environment(detail::cat(what, " [mpi]")); !st)
     return tl::unexpected(std::move(st.error()));
+  const std::optional<detail::mpi::ForcedAllReduce> forced = detail::mpi::forced_all_reduce_from_environment();
+  if (!forced) {
+    return fail(Errc::invalid_argument,
+                detail::cat(what, " [mpi]: POLYCOLL_MPI_ALL_REDUCE=\"", std::getenv("POLYCOLL_MPI_ALL_REDUCE"),
+                            "\" is not one of auto, mpi, window, exchange, halving"));
+  }
   if (!detail::mpi::mpi_usable()) {
     int init = 0;
     MPI_Initialized(&init);
@@ -1220,6 +1272,7 @@ Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm c
     return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
   }
   s->options = detail::with_environment(options);
+  s->forced_local = *forced;
   try {
     s->flight = detail::FlightRecorder::make(s->options.flight_record_size);
   } catch (const std::bad_alloc&) {

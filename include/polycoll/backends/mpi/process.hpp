@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -154,6 +155,28 @@ inline int install_hook() noexcept {
 inline bool shm_allowed() noexcept {
   const char* v = std::getenv("POLYCOLL_MPI_SHM");
   return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+/// The all_reduce algorithm POLYCOLL_MPI_ALL_REDUCE forces (docs/mpi.md,
+/// "Which algorithm serves a call"): a test aid, so that the tests run each
+/// path at every size and world size it serves, and a way to compare them.
+/// Where the forced one cannot serve a call (a window across nodes, the
+/// exchange above its stack buffer or at 3 or more ranks, the halving at 3
+/// or more, the nonblocking policy or op_timeout, a pair MPI reduces with
+/// its predefined op only), the usual choice does.
+enum class ForcedAllReduce : int { none = 0, mpi = 1, window = 2, exchange = 3, halving = 4 };
+
+/// POLYCOLL_MPI_ALL_REDUCE of this process: unset, empty or "auto" is none;
+/// "mpi", "window", "exchange", "halving"; anything else is nullopt (the
+/// communicator's factory then fails, naming the variable).
+inline std::optional<ForcedAllReduce> forced_all_reduce_from_environment() noexcept {
+  const char* v = std::getenv("POLYCOLL_MPI_ALL_REDUCE");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return ForcedAllReduce::none;
+  if (std::strcmp(v, "mpi") == 0) return ForcedAllReduce::mpi;
+  if (std::strcmp(v, "window") == 0) return ForcedAllReduce::window;
+  if (std::strcmp(v, "exchange") == 0) return ForcedAllReduce::exchange;
+  if (std::strcmp(v, "halving") == 0) return ForcedAllReduce::halving;
+  return std::nullopt;
 }
 
 /// One poll of MPI's progress engine: MPI_Iprobe on `comm`, a private dup

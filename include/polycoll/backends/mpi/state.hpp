@@ -57,6 +57,12 @@ struct CommState {
   // halving's scratch half, grown, never shrunk.
   MPI_Comm pair_comm = MPI_COMM_NULL;
   std::vector<std::byte> halving_scratch;
+  // POLYCOLL_MPI_ALL_REDUCE: this process's, and the one every rank agreed
+  // on when pair_comm was made (none unless all ranks said the same).
+  ForcedAllReduce forced_local = ForcedAllReduce::none;
+  ForcedAllReduce forced = ForcedAllReduce::none;
+  // The algorithm of the last all_reduce (last_all_reduce_algorithm()).
+  const char* last_all_reduce = "none";
   // The result block of a blocking in-place reduce_scatter, grown, never shrunk.
   std::vector<std::byte> reduce_scatter_scratch;
   // The root's copy of its buffer for a blocking in-place reduce where MPI
