@@ -905,6 +905,89 @@ TEST_CASE("node shared-memory all_reduce: rank-order bits at every size and worl
   run(BasicMpi<Policies<blocking, kernel_ops>>::world());
 }
 
+// At 3 or more ranks on one node, broadcast, all_gather and reduce_scatter go
+// through the node window too (backends/mpi/node_shm.hpp) up to
+// node_shm_to_bytes(p) in each rank's buffer set: every root, in place and
+// out of place, sizes on both sides of the limit, reduce_scatter's blocks
+// with the rank-order fold's bits. A communicator that makes only these
+// calls has a window afterwards. Above the limit, and at 1 or 2 ranks, MPI
+// serves them: the same values (reductions in MPI's order are compared only
+// where exact).
+TEST_CASE("node window: broadcast, all_gather and reduce_scatter at every size and root", "[mpi][shm][node]") {
+  auto run = [](auto comm) {
+    REQUIRE(comm);
+    const std::size_t w = comm->world_size(), r = comm->rank();
+    const bool node = w >= 3 && one_node();
+    const std::size_t cap = detail::mpi::node_shm_to_bytes(w);
+    namespace rp = test::reproducible;
+    std::string bad;
+    auto keep = [&](std::string d) {
+      if (bad.empty()) bad = std::move(d);
+    };
+    std::size_t salt = 0;
+    for (const std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{4097}, cap / 4,
+                                cap / 4 + 1, std::size_t{3}}) {
+      INFO("n " << n);
+      ++salt;
+      for (std::size_t root = 0; root < w; ++root) {
+        std::vector<float> b = rp::inputs<float>(r, n, salt + root);
+        REQUIRE(comm->broadcast(std::span(b), root));
+        keep(rp::compare<float>("broadcast", std::span<const float>(b), rp::inputs<float>(root, n, salt + root), 0,
+                                r, w));
+      }
+      for (const bool in_place : {false, true}) {
+        const std::vector<std::int16_t> mine = rp::inputs<std::int16_t>(r, n, salt);
+        std::vector<std::int16_t> all(n * w);
+        if (in_place) {
+          std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(r * n));
+          REQUIRE(comm->all_gather(std::span<const std::int16_t>(all.data() + r * n, n), std::span(all)));
+        } else {
+          REQUIRE(comm->all_gather(std::span<const std::int16_t>(mine), std::span(all)));
+        }
+        for (std::size_t q = 0; q < w; ++q) {
+          keep(rp::compare<std::int16_t>("all_gather", std::span<const std::int16_t>(all.data() + q * n, n),
+                                         rp::inputs<std::int16_t>(q, n, salt), 0, r, w));
+        }
+      }
+      // reduce_scatter of n elements per rank: bf16 sum (polycoll's unit on
+      // every path), f64 avg and i32 max, out of place and in place.
+      auto scatter = [&]<class T, ReduceOp Op>(bool in_place) {
+        ++salt;
+        const std::vector<T> send = rp::inputs<T>(r, n * w, salt);
+        const std::vector<T> want = rp::fold<T, Op>(w, n * w, salt);
+        std::vector<T> got(n);
+        if (in_place) {
+          std::vector<T> buf = send;
+          REQUIRE(comm->reduce_scatter(std::span<const T>(buf), std::span(buf.data() + r * n, n), op_tag<Op>{}));
+          std::copy(buf.begin() + static_cast<std::ptrdiff_t>(r * n),
+                    buf.begin() + static_cast<std::ptrdiff_t>((r + 1) * n), got.begin());
+        } else {
+          REQUIRE(comm->reduce_scatter(std::span<const T>(send), std::span(got), op_tag<Op>{}));
+        }
+        const bool exact = Op == ReduceOp::Max || (node && n * w * sizeof(T) <= cap);
+        if (exact) {
+          keep(rp::compare<T>(std::string("reduce_scatter ") + (in_place ? "in place " : "") + std::string(name(Op)),
+                              std::span<const T>(got), want, r * n, r, w));
+        }
+      };
+      for (const bool in_place : {false, true}) {
+        scatter.template operator()<bf16, ReduceOp::Sum>(in_place);
+        scatter.template operator()<double, ReduceOp::Avg>(in_place);
+        scatter.template operator()<std::int32_t, ReduceOp::Max>(in_place);
+      }
+    }
+    CHECK((comm->shared_window_bytes() > 0) == node);
+    REQUIRE(comm->sync());
+    CHECK(bad == "");
+  };
+  run(Mpi::world());
+  using namespace polycoll::mpi;
+  run(BasicMpi<Policies<blocking, kernel_ops>>::world());
+  Options checked;
+  checked.check_consistency = true;
+  run(Mpi::world(checked));
+}
+
 // POLYCOLL_MPI_SHM=0 keeps a communicator's all_reduce off the windows; the
 // ranks agree on it when the first window would be made, so one rank's 0
 // is everyone's (a rank alone in MPI_Allreduce while the others map a window
@@ -986,13 +1069,55 @@ TEST_CASE("POLYCOLL_MPI_ALL_REDUCE forces the all_reduce algorithm", "[mpi][algo
   REQUIRE(mixed.all_reduce(std::span(v), polycoll::sum));
   CHECK(mixed.last_all_reduce_algorithm() == expected("auto", 400));
   CHECK(v[99] == static_cast<float>(w));
-  // An unknown value: the factory fails on every rank, naming it.
-  ::setenv("POLYCOLL_MPI_ALL_REDUCE", "fastest", 1);
-  auto bad = Mpi::world();
-  ::unsetenv("POLYCOLL_MPI_ALL_REDUCE");
-  REQUIRE_FALSE(bad);
-  CHECK(bad.error().code == Errc::invalid_argument);
-  CHECK_THAT(bad.error().message, Catch::Matchers::Contains("POLYCOLL_MPI_ALL_REDUCE=\"fastest\""));
+  // An unknown value, on every rank and then on one: the first all_reduce
+  // that would agree on it fails on every rank, naming it (no rank waits
+  // for another); the next ones run the usual choice.
+  for (const bool everywhere : {true, false}) {
+    if (everywhere || r == 0) ::setenv("POLYCOLL_MPI_ALL_REDUCE", "fastest", 1);
+    Mpi bad = world();
+    ::unsetenv("POLYCOLL_MPI_ALL_REDUCE");
+    if (w < 2) continue;  // (one rank: polycoll's algorithms never run, nothing to agree on)
+    std::vector<float> x(10, 1.0f);
+    auto st = bad.all_reduce(std::span(x), polycoll::sum);
+    REQUIRE_FALSE(st);
+    CHECK(st.error().code == Errc::invalid_argument);
+    CHECK_THAT(st.error().message, Catch::Matchers::Contains(everywhere || r == 0 ? "POLYCOLL_MPI_ALL_REDUCE=\"fastest\""
+                                                                                  : "POLYCOLL_MPI_ALL_REDUCE on another rank"));
+    REQUIRE(bad.all_reduce(std::span(x), polycoll::sum));
+    CHECK(bad.last_all_reduce_algorithm() == expected("auto", 40));
+  }
+}
+
+// With the check on, a first call that differs between ranks fails the
+// check on every rank: polycoll's private duplicate (MPI_Comm_dup, made at
+// the first all_reduce or node-window collective that may use it) is made
+// after the check, so no rank waits in it for ranks that called something
+// else. An all_reduce against one of count 0, against a broadcast, and a
+// broadcast (the node window's, at 3 or more ranks) against an all_gather.
+TEST_CASE("a mismatched first collective fails the check on every rank", "[mpi][check]") {
+  int ri = 0, wi = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &ri);
+  MPI_Comm_size(MPI_COMM_WORLD, &wi);
+  if (wi < 2) return;
+  Options o;
+  o.check_consistency = true;
+  std::vector<float> v(4, 1.0f), g(4 * static_cast<std::size_t>(wi), 0.0f);
+  for (int variant = 0; variant < 3; ++variant) {
+    INFO("variant " << variant);
+    Mpi comm = world(o);
+    Status st;
+    if (ri == 0 && variant < 2) {
+      st = comm.all_reduce(std::span(v), polycoll::sum);
+    } else if (variant == 0) {
+      st = comm.all_reduce(std::span(v.data(), 0), polycoll::sum);
+    } else if (variant == 1 || ri == 0) {
+      st = comm.broadcast(std::span(v), 0);
+    } else {
+      st = comm.all_gather(std::span<const float>(v), std::span(g));
+    }
+    REQUIRE_FALSE(st);
+    CHECK(st.error().code == Errc::mismatch);
+  }
 }
 
 // The window is freed collectively: a rank whose peer does not come to free it

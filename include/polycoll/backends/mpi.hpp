@@ -536,26 +536,27 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int n = static_cast<int>(count);
     const auto dl = deadline();
     auto guard = lock();
+    state_->last_all_reduce = "none";
     // With the check on, a call that the window will carry as it is (no
     // growth) sends its fingerprint with its operand (check() above).
     std::optional<detail::CallDesc> rides;
     const bool pair = pair_algorithms(r);
-    using detail::mpi::ForcedAllReduce;
-    // polycoll's algorithms run on their own dup of comm, made (with the
-    // ranks' agreement on POLYCOLL_MPI_ALL_REDUCE) at the first blocking
-    // all_reduce that may take one: every rank comes here in the same call.
-    if (pair && !nonblocking && !dl && state_->size >= 2 && count != 0 && state_->pair_comm == MPI_COMM_NULL) {
-      if (auto s = make_pair_comm(c); !s) return s;
-    }
     // POLYCOLL_MPI_ALL_REDUCE: what it forces where it can serve this call;
-    // the usual choice elsewhere (docs/mpi.md, "Which algorithm serves a call").
-    const ForcedAllReduce forced = state_->forced;
+    // the usual choice elsewhere (docs/mpi.md, "Which algorithm serves a
+    // call"). The ranks agree on it when pair_comm is made (below); until
+    // then nothing is forced, and no window exists for a check to ride.
+    using detail::mpi::ForcedAllReduce;
     const bool fits_exchange =
         detail::mpi::exchange_to_bytes > 0 && count != 0 && bytes <= detail::mpi::exchange_to_bytes;
-    const bool force_mpi = forced == ForcedAllReduce::mpi;
-    const bool force_exchange = forced == ForcedAllReduce::exchange && state_->size == 2 && fits_exchange;
-    const bool force_halving = forced == ForcedAllReduce::halving && state_->size == 2 && count != 0;
-    const bool window_allowed = !force_mpi && !force_exchange && !force_halving;
+    bool force_mpi = false, force_exchange = false, force_halving = false;
+    const auto plan = [&] {
+      const ForcedAllReduce forced = state_->forced;
+      force_mpi = forced == ForcedAllReduce::mpi;
+      force_exchange = forced == ForcedAllReduce::exchange && state_->size == 2 && fits_exchange;
+      force_halving = forced == ForcedAllReduce::halving && state_->size == 2 && count != 0;
+      return !force_mpi && !force_exchange && !force_halving;
+    };
+    bool window_allowed = plan();
     if (pair && window_allowed) {
       // (window_checks: the window of this size of communicator is ready.)
       const auto fits = [&] {
@@ -572,6 +573,14 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (!rides) {
       if (auto s = preflight(c, dl); !s) return s;
     }
+    // polycoll's algorithms run on their own dup of comm, made at the first
+    // blocking all_reduce that may take one, after the check (a mismatched
+    // call fails it there instead of waiting in MPI_Comm_dup): every rank
+    // comes here in the same call.
+    if (pair && !nonblocking && !dl && state_->size >= 2 && count != 0 && state_->pair_comm == MPI_COMM_NULL) {
+      if (auto s = make_pair_comm(c); !s) return s;
+      window_allowed = plan();
+    }
     // The node window folds in rank order, the order Options::reproducible
     // asks for: where it may serve the call, the rank-order path waits to
     // see whether it does (below).
@@ -585,10 +594,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
     }
     if (nonblocking || dl) {
-      state_->last_all_reduce = "mpi";
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Iallreduce(send ? send : MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallreduce");
+      state_->last_all_reduce = "mpi";
       detail::mpi::Finish f;
       if (r.avg()) f = {r.divide_finish, buf, nullptr, count, state_->size};
       return posted(req, c, dt, f, "MPI_Iallreduce", dl);
@@ -679,6 +688,33 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
 
   // ------------------------------------------------------------ reproducible reductions
 
+  // pair_comm, and the ranks' agreement on POLYCOLL_MPI_ALL_REDUCE: one
+  // MPI_Allreduce (MPI_MAX) of (code, -code, invalid). When the ranks'
+  // codes differ, nothing is forced (a rank alone on another path would
+  // wait for the others forever); when any rank's value is not one of the
+  // names, this call fails on every rank, naming it, and nothing is forced.
+  Status make_pair_comm(const detail::CallDesc& c) {
+    int rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (polycoll's all_reduce algorithms)");
+    const bool invalid = state_->forced_local == detail::mpi::ForcedAllReduce::invalid;
+    const int mine = invalid ? 0 : static_cast<int>(state_->forced_local);
+    int codes[3] = {mine, -mine, invalid ? 1 : 0};
+    rc = MPI_Allreduce(MPI_IN_PLACE, codes, 3, MPI_INT, MPI_MAX, state_->pair_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (POLYCOLL_MPI_ALL_REDUCE)");
+    state_->forced = codes[0] == -codes[1] && codes[2] == 0 ? static_cast<detail::mpi::ForcedAllReduce>(codes[0])
+                                                          : detail::mpi::ForcedAllReduce::none;
+    if (codes[2] != 0) [[unlikely]] {
+      return tl::unexpected(this->error(
+          Errc::invalid_argument, c,
+          invalid ? detail::cat("POLYCOLL_MPI_ALL_REDUCE=\"", state_->forced_text,
+                                "\" is not one of auto, mpi, window, exchange, halving (nothing is forced on this "
+                                "communicator)")
+                  : std::string("POLYCOLL_MPI_ALL_REDUCE on another rank is not one of auto, mpi, window, exchange, "
+                                "halving (nothing is forced on this communicator)")));
+    }
+    return {};
+  }
+
   // Options::reproducible: true when this reduction is folded here in rank
   // order (backends/mpi/ordered.hpp) instead of by MPI or the 2-rank
   // algorithms: at 3 or more ranks, for the pairs whose bits depend on the
@@ -689,21 +725,6 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // an FMA (GCC's default for C++, and clang's within an expression), which
   // rounds differently with the operands swapped, as the 2-rank algorithms
   // and MPI's user op may swap them: those take the rank-order path at 2 too.
-  // pair_comm, and the ranks' agreement on POLYCOLL_MPI_ALL_REDUCE: one
-  // MPI_Allreduce of (code, -code) with MPI_MAX; when the ranks differ, none
-  // (a rank on another path than its peers would wait for them forever).
-  Status make_pair_comm(const detail::CallDesc& c) {
-    int rc = MPI_Comm_dup(state_->comm, &state_->pair_comm);
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (polycoll's all_reduce algorithms)");
-    const int mine = static_cast<int>(state_->forced_local);
-    int codes[2] = {mine, -mine};
-    rc = MPI_Allreduce(MPI_IN_PLACE, codes, 2, MPI_INT, MPI_MAX, state_->pair_comm);
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (POLYCOLL_MPI_ALL_REDUCE)");
-    state_->forced = codes[0] == -codes[1] ? static_cast<detail::mpi::ForcedAllReduce>(codes[0])
-                                           : detail::mpi::ForcedAllReduce::none;
-    return {};
-  }
-
   bool ordered(const detail::mpi::Reduction& r) const noexcept {
     return r.order_matters && state_->options.reproducible && state_->size >= (r.complex_prod ? 2u : 3u);
   }
@@ -879,9 +900,21 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   template <class F>
   Status collective(const detail::CallDesc& c, MPI_Datatype dt, const char* blocking_fn, const char* nonblocking_fn,
                     F&& call, const detail::mpi::Finish& finish = {}) {
+    return collective(c, dt, blocking_fn, nonblocking_fn, std::forward<F>(call), finish, 0, nullptr);
+  }
+  // The same, for a collective the node window may serve: `window_bytes` of
+  // each rank's buffer set (0: never), `window(fp)` the window's call
+  // (through_node_window).
+  template <class F, class W>
+  Status collective(const detail::CallDesc& c, MPI_Datatype dt, const char* blocking_fn, const char* nonblocking_fn,
+                    F&& call, const detail::mpi::Finish& finish, std::size_t window_bytes, W&& window) {
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = preflight(c, dl); !s) return s;
+    if constexpr (!std::is_same_v<std::decay_t<W>, std::nullptr_t>) {
+      if (auto s = through_node_window(c, dl, window_bytes, window)) return std::move(*s);
+    } else {
+      if (auto s = preflight(c, dl); !s) return s;
+    }
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       if (const int rc = call(&req); rc != MPI_SUCCESS) return mpi_error(c, rc, nonblocking_fn);
@@ -890,6 +923,46 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (const int rc = call(nullptr); rc != MPI_SUCCESS) return mpi_error(c, rc, blocking_fn);
     finish.run();
     return {};
+  }
+
+  // A collective the node window may serve: 3 or more ranks all on one node,
+  // blocking, no op_timeout, 0 < `bytes` <= node_shm_to_bytes(p) in each
+  // rank's buffer set. The consistency check first: riding the window's
+  // line when the window already holds `bytes`, else preflight(). Then
+  // `run(fp)` through the window (fp null without a riding check; false on
+  // a mismatch). Lock held. Returns the call's Status when it is over
+  // (served, or failed), nullopt when the caller goes on through MPI (the
+  // check done). Every rank decides alike: the conditions are the call's,
+  // and the window's state changes only in calls all ranks make together.
+  template <class Run>
+  std::optional<Status> through_node_window(const detail::CallDesc& c,
+                                            const std::optional<detail::Clock::time_point>& dl, std::size_t bytes,
+                                            Run&& run) {
+    const bool eligible = !nonblocking && !dl && state_->size >= 3 && bytes != 0 &&
+                          bytes <= detail::mpi::node_shm_to_bytes(state_->size) && !state_->node_shm.refused();
+    std::optional<detail::CallDesc> rides;
+    if (eligible && state_->check && window_checks(dl) && state_->node_shm.fits(bytes, 1)) {
+      entering(c);
+      if (auto s = room(c); !s) return s;
+      rides = checked(c);
+    } else if (auto s = preflight(c, dl); !s) {
+      return s;
+    }
+    if (!eligible) return std::nullopt;
+    // (After the check, as in all_reduce_into.)
+    if (state_->pair_comm == MPI_COMM_NULL) {
+      if (auto s = make_pair_comm(c); !s) return s;
+    }
+    const int rc = state_->node_shm.ensure(state_->pair_comm, state_->rank, state_->size, bytes, 1);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (node window)");
+    if (!state_->node_shm.ready()) return std::nullopt;
+    if (rides) {
+      const detail::PackedFingerprint fp = detail::pack_fingerprint(*rides);
+      if (!run(&fp)) [[unlikely]] return mismatch_detail(*rides, dl, true);
+    } else {
+      run(static_cast<const detail::PackedFingerprint*>(nullptr));
+    }
+    return Status{};
   }
 
   // The v-collectives' counts and displacements as the ints MPI-3 takes, in
@@ -1247,12 +1320,6 @@ template <class Policies>
 Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm comm, Mode mode, const Options& options) {
   if (auto st = detail::check_on_error_environment(detail::cat(what, " [mpi]")); !st)
     return tl::unexpected(std::move(st.error()));
-  const std::optional<detail::mpi::ForcedAllReduce> forced = detail::mpi::forced_all_reduce_from_environment();
-  if (!forced) {
-    return fail(Errc::invalid_argument,
-                detail::cat(what, " [mpi]: POLYCOLL_MPI_ALL_REDUCE=\"", std::getenv("POLYCOLL_MPI_ALL_REDUCE"),
-                            "\" is not one of auto, mpi, window, exchange, halving"));
-  }
   if (!detail::mpi::mpi_usable()) {
     int init = 0;
     MPI_Initialized(&init);
@@ -1272,7 +1339,8 @@ Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm c
     return fail(Errc::backend_failure, detail::cat(what, " [mpi]: out of memory"));
   }
   s->options = detail::with_environment(options);
-  s->forced_local = *forced;
+  s->forced_local = detail::mpi::forced_all_reduce_from_environment();
+  if (s->forced_local == detail::mpi::ForcedAllReduce::invalid) s->forced_text = std::getenv("POLYCOLL_MPI_ALL_REDUCE");
   try {
     s->flight = detail::FlightRecorder::make(s->options.flight_record_size);
   } catch (const std::bad_alloc&) {
@@ -1630,7 +1698,17 @@ Status BasicMpi<Policies>::reduce_scatter_into(const detail::mpi::Reduction& r, 
   const int n = static_cast<int>(count);
   const auto dl = deadline();
   auto guard = lock();
-  if (auto s = preflight(c, dl); !s) return s;
+  // The node window folds in rank order: it serves Options::reproducible too.
+  if (pair_algorithms(r)) {
+    if (auto s = through_node_window(c, dl, w * bytes, [&](const detail::PackedFingerprint* fp) {
+          return state_->node_shm.reduce_scatter(r.body, r.size, send, recv, count, fp);
+        })) {
+      if (*s && r.avg()) r.divide(recv, count, w);  // success: the window served it (count > 0)
+      return std::move(*s);
+    }
+  } else if (auto s = preflight(c, dl); !s) {
+    return s;
+  }
   if (ordered(r)) return ordered_reduce_scatter(r, c, send, recv, count, dl);
   // The in-place form changes the rank's own block of send and nothing
   // else, as on every backend. MPI_IN_PLACE cannot do that: it leaves the
@@ -1680,9 +1758,13 @@ Status BasicMpi<Policies>::broadcast_impl(dtype_tag<D>, T* buf, std::size_t coun
   if (!live(count)) [[unlikely]] return enter(c, count);
   const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
   const int n = static_cast<int>(count), r = static_cast<int>(root);
-  return collective(c, dt, "MPI_Bcast", "MPI_Ibcast", [&](MPI_Request* req) {
-    return req ? MPI_Ibcast(buf, n, dt, r, state_->comm, req) : MPI_Bcast(buf, n, dt, r, state_->comm);
-  });
+  return collective(
+      c, dt, "MPI_Bcast", "MPI_Ibcast",
+      [&](MPI_Request* req) {
+        return req ? MPI_Ibcast(buf, n, dt, r, state_->comm, req) : MPI_Bcast(buf, n, dt, r, state_->comm);
+      },
+      {}, count * sizeof(T),
+      [&](const detail::PackedFingerprint* fp) { return state_->node_shm.broadcast(buf, count * sizeof(T), root, fp); });
 }
 
 template <class Policies>
@@ -1695,10 +1777,14 @@ Status BasicMpi<Policies>::all_gather_impl(dtype_tag<D>, const T* send, T* recv,
   const MPI_Datatype dt = detail::mpi::type_map<D>::datatype();
   const int n = static_cast<int>(count);
   const void* sbuf = in_place ? MPI_IN_PLACE : static_cast<const void*>(send);
-  return collective(c, dt, "MPI_Allgather", "MPI_Iallgather", [&](MPI_Request* req) {
-    return req ? MPI_Iallgather(sbuf, n, dt, recv, n, dt, state_->comm, req)
-               : MPI_Allgather(sbuf, n, dt, recv, n, dt, state_->comm);
-  });
+  return collective(
+      c, dt, "MPI_Allgather", "MPI_Iallgather",
+      [&](MPI_Request* req) {
+        return req ? MPI_Iallgather(sbuf, n, dt, recv, n, dt, state_->comm, req)
+                   : MPI_Allgather(sbuf, n, dt, recv, n, dt, state_->comm);
+      },
+      {}, count * sizeof(T),
+      [&](const detail::PackedFingerprint* fp) { return state_->node_shm.all_gather(send, recv, count * sizeof(T), fp); });
 }
 
 template <class Policies>

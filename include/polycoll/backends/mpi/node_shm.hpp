@@ -132,12 +132,7 @@ class NodeShm : public ShmWindow {
       return true;
     }
     std::memcpy(operand(rank_, q), from, bytes);
-    if (fp) {
-      if (!arrive_checked(q, *fp)) return false;
-    } else {
-      control(seg_[rank_]).posted.store(q, std::memory_order_release);
-      for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
-    }
+    if (!arrive(q, fp)) return false;
     if (bytes <= shm_one_phase_to_bytes) {
       fold(fn, es, to, count, [&](std::size_t j) { return operand(j, q); });
       return true;
@@ -168,6 +163,50 @@ class NodeShm : public ShmWindow {
     return true;
   }
 
+  /// Broadcast of `bytes` (> 0, within ensure()'s size) at `buf` from
+  /// `root`: the root copies its buffer into its buffer set, every rank
+  /// arrives, the others copy it out. With `fp`, the fingerprint rides the
+  /// arrival as in all_reduce (false on a mismatch, `buf` untouched).
+  bool broadcast(void* buf, std::size_t bytes, std::size_t root, const PackedFingerprint* fp = nullptr) noexcept {
+    const std::uint64_t q = ++seq_;
+    if (rank_ == root) std::memcpy(operand(rank_, q), buf, bytes);
+    if (!arrive(q, fp)) return false;
+    if (rank_ != root) std::memcpy(buf, operand(root, q), bytes);
+    return true;
+  }
+
+  /// All-gather of `block` (> 0, within ensure()'s size) bytes per rank:
+  /// `send` (this rank's block; may be exactly recv + rank * block) into
+  /// `recv`, rank j's block at recv + j * block. With `fp`: as broadcast.
+  bool all_gather(const void* send, void* recv, std::size_t block, const PackedFingerprint* fp = nullptr) noexcept {
+    const std::uint64_t q = ++seq_;
+    std::memcpy(operand(rank_, q), send, block);
+    if (!arrive(q, fp)) return false;
+    auto* to = static_cast<std::byte*>(recv);
+    for (std::size_t j = 0; j < size_; ++j) {
+      if (j != rank_) std::memcpy(to + j * block, operand(j, q), block);
+    }
+    if (to + rank_ * block != send) std::memcpy(to + rank_ * block, send, block);
+    return true;
+  }
+
+  /// Reduce-scatter of `count` (> 0) elements of `es` bytes per rank: every
+  /// rank's whole `send` (size() blocks of count; within ensure()'s size)
+  /// goes into its buffer set, and this rank folds block rank() of the p
+  /// operands in rank order into `recv` through `fn`, as all_reduce does
+  /// (Avg: the Sum step only, the caller divides). `recv` may be exactly
+  /// this rank's block of `send`. With `fp`: as broadcast.
+  bool reduce_scatter(MPI_User_function* fn, std::size_t es, const void* send, void* recv, std::size_t count,
+                      const PackedFingerprint* fp = nullptr) noexcept {
+    const std::uint64_t q = ++seq_;
+    const std::size_t block = count * es;
+    std::memcpy(operand(rank_, q), send, size_ * block);
+    if (!arrive(q, fp)) return false;
+    fold(fn, es, static_cast<std::byte*>(recv), count,
+         [&](std::size_t j) { return operand(j, q) + rank_ * block; });
+    return true;
+  }
+
   /// The consistency check of a call that moves nothing through the window
   /// (every collective but a window all_reduce, with the check on): the
   /// fingerprint alone, in the line of the next sequence number. True when
@@ -186,6 +225,17 @@ class NodeShm : public ShmWindow {
     return round64(count * elem_size) + round64(slice_elements(count, p) * elem_size);
   }
   std::byte* operand(std::size_t j, std::uint64_t q) const noexcept { return seg_[j] + header + (q & 1) * set_bytes_; }
+
+  // Call q's arrival once this rank's data is in its buffer set: with `fp`
+  // the line of q (arrive_checked), else `posted`. True when the
+  // fingerprints matched (always without `fp`). Every rank waits for every
+  // other, which is what lets set q % 2 be written again in call q + 2.
+  bool arrive(std::uint64_t q, const PackedFingerprint* fp) noexcept {
+    if (fp) return arrive_checked(q, *fp);
+    control(seg_[rank_]).posted.store(q, std::memory_order_release);
+    for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
+    return true;
+  }
 
   // Call q's arrival with the consistency check on: the packed fingerprint
   // in the last bytes of line q % 2 (data written before it, in the line or

@@ -164,19 +164,20 @@ inline bool shm_allowed() noexcept {
 /// exchange above its stack buffer or at 3 or more ranks, the halving at 3
 /// or more, the nonblocking policy or op_timeout, a pair MPI reduces with
 /// its predefined op only), the usual choice does.
-enum class ForcedAllReduce : int { none = 0, mpi = 1, window = 2, exchange = 3, halving = 4 };
+/// `invalid`: a value that names none of them (the first all_reduce that
+/// would agree on it fails on every rank, naming it).
+enum class ForcedAllReduce : int { none = 0, mpi = 1, window = 2, exchange = 3, halving = 4, invalid = 5 };
 
 /// POLYCOLL_MPI_ALL_REDUCE of this process: unset, empty or "auto" is none;
-/// "mpi", "window", "exchange", "halving"; anything else is nullopt (the
-/// communicator's factory then fails, naming the variable).
-inline std::optional<ForcedAllReduce> forced_all_reduce_from_environment() noexcept {
+/// "mpi", "window", "exchange", "halving"; anything else is invalid.
+inline ForcedAllReduce forced_all_reduce_from_environment() noexcept {
   const char* v = std::getenv("POLYCOLL_MPI_ALL_REDUCE");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return ForcedAllReduce::none;
   if (std::strcmp(v, "mpi") == 0) return ForcedAllReduce::mpi;
   if (std::strcmp(v, "window") == 0) return ForcedAllReduce::window;
   if (std::strcmp(v, "exchange") == 0) return ForcedAllReduce::exchange;
   if (std::strcmp(v, "halving") == 0) return ForcedAllReduce::halving;
-  return std::nullopt;
+  return ForcedAllReduce::invalid;
 }
 
 /// One poll of MPI's progress engine: MPI_Iprobe on `comm`, a private dup

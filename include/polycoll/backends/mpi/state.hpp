@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <mpi.h>
@@ -60,6 +61,7 @@ struct CommState {
   // POLYCOLL_MPI_ALL_REDUCE: this process's, and the one every rank agreed
   // on when pair_comm was made (none unless all ranks said the same).
   ForcedAllReduce forced_local = ForcedAllReduce::none;
+  std::string forced_text;  // the value, when it is invalid (for the error)
   ForcedAllReduce forced = ForcedAllReduce::none;
   // The algorithm of the last all_reduce (last_all_reduce_algorithm()).
   const char* last_all_reduce = "none";
