@@ -265,10 +265,17 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     using R = typename Policies::reduction;
     if (r.builtin != nullptr && !kernel_for_native) {
       if constexpr (requires { R::kernel_below_bytes; }) {
-        if (bytes < R::kernel_below_bytes && !predefined) return r.user_op(rc);
+        if (bytes < R::kernel_below_bytes && !predefined) return cached_user_op(r, rc);
       }
       return r.builtin();
     }
+    return cached_user_op(r, rc);
+  }
+  // The pair's user op: the process's cache read here (the common case, no
+  // call), r.user_op (which creates it) the first time.
+  static MPI_Op cached_user_op(const detail::mpi::Reduction& r, int& rc) noexcept {
+    const auto& p = detail::mpi::process();
+    if (p.ready[r.op_slot].load(std::memory_order_acquire)) [[likely]] return p.ops[r.op_slot];
     return r.user_op(rc);
   }
 
@@ -532,7 +539,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const std::size_t bytes = count * r.size;
     const MPI_Op op = op_for(r, rc, bytes, state_->size == 2 && detail::mpi::predefined_at_2(bytes));
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
-    const MPI_Datatype dt = r.datatype();
+    // (Read where an MPI call needs it: the windows do not.)
+    const auto dt = [&r] { return r.datatype(); };
     const int n = static_cast<int>(count);
     const auto dl = deadline();
     auto guard = lock();
@@ -595,12 +603,12 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     }
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
-      rc = MPI_Iallreduce(send ? send : MPI_IN_PLACE, buf, n, dt, op, state_->comm, &req);
+      rc = MPI_Iallreduce(send ? send : MPI_IN_PLACE, buf, n, dt(), op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallreduce");
       state_->last_all_reduce = "mpi";
       detail::mpi::Finish f;
       if (r.avg()) f = {r.divide_finish, buf, nullptr, count, state_->size};
-      return posted(req, c, dt, f, "MPI_Iallreduce", dl);
+      return posted(req, c, dt(), f, "MPI_Iallreduce", dl);
     } else {
       bool done = false;
       if (pair) {
@@ -637,12 +645,12 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             done = true;
             state_->last_all_reduce = "window";
           } else if (small) {
-            rc = detail::mpi::exchange_allreduce_2(r.body, r.size, dt, buf, count, state_->rank, state_->pair_comm);
+            rc = detail::mpi::exchange_allreduce_2(r.body, r.size, dt(), buf, count, state_->rank, state_->pair_comm);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (2-rank exchange all_reduce)");
             done = true;
             state_->last_all_reduce = "exchange";
           } else if (large) {
-            rc = detail::mpi::halving_allreduce_2(r.body, r.size, dt, buf, count, state_->rank, state_->pair_comm,
+            rc = detail::mpi::halving_allreduce_2(r.body, r.size, dt(), buf, count, state_->rank, state_->pair_comm,
                                                   state_->halving_scratch);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
             done = true;
@@ -677,7 +685,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
       }
       if (!done) {
-        rc = MPI_Allreduce(send ? send : MPI_IN_PLACE, buf, n, dt, op, state_->comm);
+        rc = MPI_Allreduce(send ? send : MPI_IN_PLACE, buf, n, dt(), op, state_->comm);
         if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
         state_->last_all_reduce = "mpi";
       }

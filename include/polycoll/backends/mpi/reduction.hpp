@@ -30,6 +30,7 @@ struct Reduction {
   DType dtype;
   ReduceOp op;
   std::size_t size;     // bytes per element
+  std::size_t op_slot;  // the pair's slot in the process's cache of user ops (user_op)
   bool always_user_op;  // always_user_op<D, Op>
   bool order_matters;   // order_matters<D, Op>
   bool complex_prod;    // a complex Prod: its bits depend on the operand order even at 2 ranks
@@ -116,6 +117,7 @@ inline constexpr Reduction reduction_of = {
     D,
     Op,
     size_of(D),
+    dtype_index<D>() * reduce_op_count + static_cast<std::size_t>(Op),
     always_user_op<D, Op>,
     order_matters<D, Op>,
     dtype_tag<D>::category == DTypeCategory::complex && Op == ReduceOp::Prod,
