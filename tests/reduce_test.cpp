@@ -292,6 +292,38 @@ TEST_CASE("combine matches the scalar reference for every valid (dtype, op)", "[
 
 // ------------------------------------------------------------ combine_n
 
+// The reference of combine_n: src[0] OP src[1] ... OP src[k-1], element by
+// element, then / divisor for Avg.
+template <DType D, ReduceOp Op>
+Buffer<elem_t<D>> left_fold(const std::vector<Buffer<elem_t<D>>>& src, std::size_t k, std::size_t n,
+                            std::size_t divisor) {
+  Buffer<elem_t<D>> want(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    elem_t<D> v = src[0][i];
+    for (std::size_t j = 1; j < k; ++j) v = ref_step<D, Op>(v, src[j][i]);
+    if constexpr (Op == ReduceOp::Avg) v = ref_divide<D>(v, divisor);
+    want[i] = v;
+  }
+  return want;
+}
+
+// combine_n with dst == srcs[a] exactly, for each a in `at`: the bits of `want`.
+template <DType D, ReduceOp Op>
+void check_in_place_at(std::initializer_list<std::size_t> at, const std::vector<Buffer<elem_t<D>>>& src,
+                       std::vector<const elem_t<D>*>& ptrs, std::size_t k, std::size_t n, std::size_t divisor,
+                       const Buffer<elem_t<D>>& want) {
+  for (std::size_t a : at) {
+    INFO("dst == srcs[" << a << "]");
+    auto in_place = copy_of(src[a]);
+    ptrs[a] = in_place.data();
+    kn::combine_n(dtype_tag<D>{}, op_tag<Op>{}, in_place.data(), ptrs.data(), k, n, divisor);
+    ptrs[a] = src[a].data();
+    const auto d = compare<D>(in_place, want, src[a][n]);
+    CHECK(d.mismatches == 0);
+    CHECK(d.guard_ok);
+  }
+}
+
 TEST_CASE("combine_n matches a left fold of the reference for every valid (dtype, op)", "[reduce]") {
   for_each_valid_pair([&]<DType D, ReduceOp Op>(dtype_tag<D> dt, op_tag<Op> op) {
     Rng g{0xC0FFEE00u + static_cast<unsigned>(D) * 16 + static_cast<unsigned>(Op)};
@@ -305,13 +337,7 @@ TEST_CASE("combine_n matches a left fold of the reference for every valid (dtype
         INFO((label<D, Op>(n, k)));
         // Avg divides by the divisor; every other op must ignore it.
         const std::size_t divisor = Op == ReduceOp::Avg ? k : 7;
-        Buffer<elem_t<D>> want(n);
-        for (std::size_t i = 0; i < n; ++i) {
-          elem_t<D> v = src[0][i];
-          for (std::size_t j = 1; j < k; ++j) v = ref_step<D, Op>(v, src[j][i]);
-          if constexpr (Op == ReduceOp::Avg) v = ref_divide<D>(v, divisor);
-          want[i] = v;
-        }
+        const Buffer<elem_t<D>> want = left_fold<D, Op>(src, k, n, divisor);
         std::vector<const elem_t<D>*> ptrs;
         for (std::size_t j = 0; j < k; ++j) ptrs.push_back(src[j].data());
 
@@ -326,16 +352,7 @@ TEST_CASE("combine_n matches a left fold of the reference for every valid (dtype
         // dst == srcs[a] exactly, at every position a (an in-place fold in
         // rank order has it at the caller's rank), including the positions a
         // pass after the blocked fold's first reads (a >= 1..4, by op and k).
-        for (std::size_t a = 0; a < k; ++a) {
-          INFO("dst == srcs[" << a << "]");
-          auto in_place = copy_of(src[a]);
-          ptrs[a] = in_place.data();
-          kn::combine_n(dt, op, in_place.data(), ptrs.data(), k, n, divisor);
-          ptrs[a] = src[a].data();
-          d = compare<D>(in_place, want, src[a][n]);
-          CHECK(d.mismatches == 0);
-          CHECK(d.guard_ok);
-        }
+        for (std::size_t a = 0; a < k; ++a) check_in_place_at<D, Op>({a}, src, ptrs, k, n, divisor, want);
       }
 
       // The contract in one line: bit-identical to k-1 successive combine calls (and a divide for Avg).
@@ -363,13 +380,7 @@ TEST_CASE("combine_n over more than 64 sources matches a left fold for every val
     std::vector<Buffer<elem_t<D>>> src;
     for (std::size_t j = 0; j < k; ++j) src.push_back(random_buffer<D>(n, g));
     const std::size_t divisor = Op == ReduceOp::Avg ? k : 7;
-    Buffer<elem_t<D>> want(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      elem_t<D> v = src[0][i];
-      for (std::size_t j = 1; j < k; ++j) v = ref_step<D, Op>(v, src[j][i]);
-      if constexpr (Op == ReduceOp::Avg) v = ref_divide<D>(v, divisor);
-      want[i] = v;
-    }
+    const Buffer<elem_t<D>> want = left_fold<D, Op>(src, k, n, divisor);
     std::vector<const elem_t<D>*> ptrs;
     for (std::size_t j = 0; j < k; ++j) ptrs.push_back(src[j].data());
     INFO((label<D, Op>(n, k)));
@@ -378,16 +389,7 @@ TEST_CASE("combine_n over more than 64 sources matches a left fold for every val
     auto d = compare<D>(out, want, out[n]);
     CHECK(d.mismatches == 0);
     CHECK(d.guard_ok);
-    for (std::size_t a : {std::size_t{0}, std::size_t{63}, std::size_t{64}, k - 1}) {
-      INFO("dst == srcs[" << a << "]");
-      auto in_place = copy_of(src[a]);
-      ptrs[a] = in_place.data();
-      kn::combine_n(dt, op, in_place.data(), ptrs.data(), k, n, divisor);
-      ptrs[a] = src[a].data();
-      d = compare<D>(in_place, want, src[a][n]);
-      CHECK(d.mismatches == 0);
-      CHECK(d.guard_ok);
-    }
+    check_in_place_at<D, Op>({0, 63, 64, k - 1}, src, ptrs, k, n, divisor, want);
   });
 }
 
