@@ -694,8 +694,6 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     return {};
   }
 
-  // ------------------------------------------------------------ reproducible reductions
-
   // pair_comm, and the ranks' agreement on POLYCOLL_MPI_ALL_REDUCE: one
   // MPI_Allreduce (MPI_MAX) of (code, -code, invalid). When the ranks'
   // codes differ, nothing is forced (a rank alone on another path would
@@ -722,6 +720,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     }
     return {};
   }
+
+  // ------------------------------------------------------------ reproducible reductions
 
   // Options::reproducible: true when this reduction is folded here in rank
   // order (backends/mpi/ordered.hpp) instead of by MPI or the 2-rank
