@@ -1,9 +1,11 @@
 #pragma once
 /// @file backends/mpi/node_shm.hpp
-/// The Mpi backend's all_reduce through an MPI-3 shared-memory window over
-/// p >= 3 ranks on one node (internal to backends/mpi.hpp; shm.hpp is the
-/// 2-rank window, whose algorithms split the work between exactly two
-/// ranks). When every rank of the communicator runs on one node
+/// The Mpi backend's all_reduce, broadcast, all_gather and reduce_scatter
+/// through an MPI-3 shared-memory window over p >= 3 ranks on one node
+/// (internal to backends/mpi.hpp; shm.hpp is the 2-rank window, whose
+/// algorithms split the work between exactly two ranks). The all_reduce's
+/// algorithms are described here; the other three are one phase each (see
+/// their members). When every rank of the communicator runs on one node
 /// (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) keeps them all together), each
 /// allocates a segment with MPI_Win_allocate_shared and maps every other
 /// rank's: a rank copies its operand into its own segment, publishes a
