@@ -360,9 +360,9 @@ void run_pass(std::size_t m, typename U::lane* out, const Src* src, std::size_t 
   }
 }
 
-/// The fold of combine_n; `Src` is `const T*` (the typed form) or `const
-/// void*` (the untyped one the backends call: one instantiation serves every
-/// caller of a pair, whatever its element type's spelling).
+/// The fold of combine_n over the source array `srcs` of element type `Src`:
+/// the untyped combine_n passes `const void*` (every caller of a pair goes
+/// through it, so the pair's loops are instantiated once).
 template <class U, bool Avg, class T, class Src>
 void fold_n(T* dst, const Src* srcs, std::size_t k, std::size_t n, std::size_t divisor) noexcept {
   using lane = typename U::lane;

@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -164,8 +163,8 @@ inline bool shm_allowed() noexcept {
 /// exchange above its stack buffer or at 3 or more ranks, the halving at 3
 /// or more, the nonblocking policy or op_timeout, a pair MPI reduces with
 /// its predefined op only), the usual choice does.
-/// `invalid`: a value that names none of them (the first all_reduce that
-/// would agree on it fails on every rank, naming it).
+/// `invalid`: a value that names none of them (the first collective that
+/// would agree on it fails on every rank, naming it: BasicMpi::make_pair_comm).
 enum class ForcedAllReduce : int { none = 0, mpi = 1, window = 2, exchange = 3, halving = 4, invalid = 5 };
 
 /// POLYCOLL_MPI_ALL_REDUCE of this process: unset, empty or "auto" is none;
