@@ -6,9 +6,7 @@
 /// into tags, checks the backend's capability traits, and only then calls the
 /// backend's `*_impl`.
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +14,6 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
-#include <ranges>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -25,6 +22,7 @@
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/layout.hpp>
 #include <polycoll/detail/on_error.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/error.hpp>
 #include <polycoll/flight_record.hpp>

@@ -8,7 +8,6 @@
 /// ("Flight recorder").
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,6 +22,7 @@
 
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/linkage.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/error.hpp>
 
 namespace polycoll {

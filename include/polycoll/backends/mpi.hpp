@@ -15,8 +15,6 @@
 /// blocking or MPI_I* collectives and MPI's built-in ops or polycoll's units;
 /// `polycoll::Mpi` is BasicMpi<mpi::DefaultPolicies>. See docs/mpi.md.
 
-#include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -29,18 +27,17 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include <mpi.h>
 
+#include <polycoll/any_communicator.hpp>
 #include <polycoll/backends/mpi/environment.hpp>
 #include <polycoll/backends/mpi/error.hpp>
 #include <polycoll/backends/mpi/halving.hpp>
 #include <polycoll/backends/mpi/ordered.hpp>
-#include <polycoll/detail/send_check.hpp>
 #include <polycoll/backends/mpi/policies.hpp>
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/reduction.hpp>
@@ -48,11 +45,12 @@
 #include <polycoll/backends/mpi/shm.hpp>
 #include <polycoll/backends/mpi/state.hpp>
 #include <polycoll/backends/mpi/types.hpp>
-#include <polycoll/any_communicator.hpp>
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
-#include <polycoll/detail/on_error.hpp>
 #include <polycoll/detail/linkage.hpp>
+#include <polycoll/detail/on_error.hpp>
+#include <polycoll/detail/send_check.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/detail/text.hpp>
 #include <polycoll/detail/wait.hpp>
 #include <polycoll/kernels/reduce.hpp>
@@ -1524,9 +1522,9 @@ Result<std::optional<BasicMpi<Policies>>> BasicMpi<Policies>::split_impl(std::ui
   auto guard = lock();
   if (auto s = preflight(c, dl); !s) return tl::unexpected(std::move(s.error()));
   // MPI wants non-negative int colors and int keys; polycoll's are any
-  // uint32. Gather everyone's (color, key) and give MPI dense equivalents:
-  // the color's position among the distinct colors, the rank's position in
-  // its (key, old rank) order. Every rank computes the same answer, so a
+  // uint32. Gather everyone's (color, key) and give MPI int equivalents:
+  // for a color, the lowest rank that chose it (distinct colors get distinct
+  // ranks); for a key, the rank's position in its (key, old rank) order. Every rank computes the same answer, so a
   // bad value cannot leave some ranks in the collective and others not.
   // The exchange is bounded by op_timeout; once it completed every rank has
   // entered split, so MPI_Comm_split (which has no nonblocking form) cannot
@@ -1545,13 +1543,9 @@ Result<std::optional<BasicMpi<Policies>>> BasicMpi<Policies>::split_impl(std::ui
   int mpi_color = MPI_UNDEFINED;
   int mpi_key = 0;
   if (color != no_color) {
-    std::vector<std::uint32_t> colors;
-    for (std::size_t q = 0; q < w; ++q) {
-      if (all[2 * q] != no_color) colors.push_back(static_cast<std::uint32_t>(all[2 * q]));
-    }
-    std::sort(colors.begin(), colors.end());
-    colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
-    mpi_color = static_cast<int>(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+    std::size_t first = 0;
+    while (all[2 * first] != color) ++first;  // this rank's own entry ends the search
+    mpi_color = static_cast<int>(first);
     for (std::size_t q = 0; q < w; ++q) {
       if (all[2 * q] == color && (all[2 * q + 1] < key || (all[2 * q + 1] == key && q < state_->rank))) ++mpi_key;
     }

@@ -16,7 +16,6 @@
 /// detail::eager_bytes that waits for its receive was copied when posted),
 /// and sync() waits for this rank's operations to complete. See docs/backends.md.
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +28,6 @@
 #include <new>
 #include <optional>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -40,8 +38,9 @@
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/layout.hpp>
 #include <polycoll/detail/linkage.hpp>
-#include <polycoll/detail/send_check.hpp>
 #include <polycoll/detail/on_error.hpp>
+#include <polycoll/detail/send_check.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/detail/wait.hpp>
 #include <polycoll/kernels/reduce.hpp>
 #include <polycoll/log.hpp>
@@ -375,6 +374,12 @@ class Threads : public Communicator<Threads> {
 // The non-template members: in libpolycoll (src/threads.cpp), or inline with
 // POLYCOLL_HEADER_ONLY (detail/linkage.hpp).
 #if defined(POLYCOLL_HEADER_ONLY) || defined(POLYCOLL_DETAIL_DEFINE_THREADS)
+}  // namespace polycoll
+
+#include <algorithm>  // what only the definitions use
+
+namespace polycoll {
+
 POLYCOLL_DETAIL_LIB_INLINE Result<std::vector<Threads>> Threads::make(std::size_t n, const Options& options) {
   if (auto s = detail::check_on_error_environment(detail::cat("Threads::create(n=", n, ") [threads]")); !s)
     return tl::unexpected(std::move(s.error()));
@@ -1012,9 +1017,8 @@ Status Threads::send_impl(dtype_tag<D>, const T* ptr, std::size_t count, std::si
   m.p2p_pending.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock lock(box.mailbox);
   // The earliest posted receive that matches (MPI's order).
-  auto it = std::find_if(box.recvs.begin(), box.recvs.end(), [&](const detail::threads::PendingRecv& r) {
-    return detail::threads::matches(r.call.peer, r.call.tag, rank_, tag);
-  });
+  auto it = box.recvs.begin();
+  while (it != box.recvs.end() && !detail::threads::matches(it->call.peer, it->call.tag, rank_, tag)) ++it;
   if (it == box.recvs.end()) {
     detail::threads::PendingSend& s = box.sends.emplace_back();
     s.ptr = ptr;
@@ -1050,9 +1054,8 @@ Status Threads::recv_impl(dtype_tag<D>, T* ptr, std::size_t count, std::size_t s
   // The earliest arrived send that matches: sends from one rank arrive in
   // the order it posted them, so MPI's non-overtaking order holds, for a
   // wildcard receive too.
-  auto it = std::find_if(m.sends.begin(), m.sends.end(), [&](const detail::threads::PendingSend& s) {
-    return detail::threads::matches(src, tag, s.src, s.call.tag);
-  });
+  auto it = m.sends.begin();
+  while (it != m.sends.end() && !detail::threads::matches(src, tag, it->src, it->call.tag)) ++it;
   if (it == m.sends.end()) {
     m.recvs.push_back({ptr, count * sizeof(T), call});
     return {};

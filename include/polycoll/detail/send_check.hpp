@@ -5,7 +5,6 @@
 // when it is posted and compares it when the sender's sync() has completed
 // the send; a difference is Errc::mismatch naming the send. Internal.
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include <polycoll/detail/call.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/error.hpp>
 
 namespace polycoll::detail {

@@ -4,10 +4,10 @@
 // Internal.
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <optional>
-#include <thread>
+
+#include <polycoll/detail/std_parts.hpp>
 
 namespace polycoll::detail {
 

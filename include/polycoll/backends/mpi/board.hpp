@@ -21,9 +21,7 @@
 /// MPI_Finalize's hook instead of waiting, silently (nothing is lost but a
 /// page of shared memory until then).
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -35,6 +33,7 @@
 
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/detail/call.hpp>
+#include <polycoll/detail/std_parts.hpp>
 
 namespace polycoll::detail::mpi {
 

@@ -51,7 +51,6 @@
 /// growing it is collective, and a failure anywhere is agreed on by an
 /// MPI_Allreduce before any rank uses it).
 
-#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstddef>
@@ -64,6 +63,7 @@
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/backends/mpi/shm.hpp>
 #include <polycoll/detail/call.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/reduce_op.hpp>
 

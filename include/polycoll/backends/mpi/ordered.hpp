@@ -34,10 +34,10 @@
 /// The figures that set the threshold and the cost against MPI's own
 /// reductions are in docs/benchmarks.md ("Reproducible reductions").
 
-#include <algorithm>
 #include <cstddef>
 
 #include <polycoll/backends/mpi/requests.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/kernels/reduce.hpp>
 #include <polycoll/reduce_op.hpp>

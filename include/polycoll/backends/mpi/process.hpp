@@ -8,19 +8,18 @@
 #include <array>
 #include <atomic>
 #include <bit>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include <mpi.h>
 
 #include <polycoll/backends/mpi/types.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/kernels/reduce.hpp>
 #include <polycoll/numeric.hpp>

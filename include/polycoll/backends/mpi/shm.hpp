@@ -49,10 +49,8 @@
 /// growing it is collective inside the call, and any failure is agreed on by
 /// an MPI_Allreduce before either rank uses it).
 
-#include <algorithm>
 #include <atomic>
 #include <bit>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -65,6 +63,7 @@
 #include <polycoll/backends/mpi/halving.hpp>
 #include <polycoll/backends/mpi/process.hpp>
 #include <polycoll/detail/call.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/reduce_op.hpp>
 

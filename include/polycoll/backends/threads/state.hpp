@@ -5,7 +5,6 @@
 /// (World: its ranks, scratch slots and abort), and the queued
 /// point-to-point messages. Internal to backends/threads.hpp.
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -14,13 +13,13 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <polycoll/communicator.hpp>
 #include <polycoll/detail/call.hpp>
 #include <polycoll/detail/layout.hpp>
 #include <polycoll/detail/send_check.hpp>
+#include <polycoll/detail/std_parts.hpp>
 #include <polycoll/detail/wait.hpp>
 #include <polycoll/dtype.hpp>
 #include <polycoll/error.hpp>
