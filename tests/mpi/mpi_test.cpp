@@ -905,15 +905,15 @@ TEST_CASE("node shared-memory all_reduce: rank-order bits at every size and worl
   run(BasicMpi<Policies<blocking, kernel_ops>>::world());
 }
 
-// At 3 or more ranks on one node, broadcast, all_gather and reduce_scatter go
-// through the node window too (backends/mpi/node_shm.hpp) up to
+// At 3 or more ranks on one node, broadcast, all_gather, reduce_scatter and
+// reduce go through the node window too (backends/mpi/node_shm.hpp) up to
 // node_shm_to_bytes(p) in each rank's buffer set: every root, in place and
 // out of place, sizes on both sides of the limit, reduce_scatter's blocks
 // with the rank-order fold's bits. A communicator that makes only these
 // calls has a window afterwards. Above the limit, and at 1 or 2 ranks, MPI
 // serves them: the same values (reductions in MPI's order are compared only
 // where exact).
-TEST_CASE("node window: broadcast, all_gather and reduce_scatter at every size and root", "[mpi][shm][node]") {
+TEST_CASE("node window: broadcast, all_gather, reduce_scatter and reduce at every size and root", "[mpi][shm][node]") {
   auto run = [](auto comm) {
     REQUIRE(comm);
     const std::size_t w = comm->world_size(), r = comm->rank();
@@ -978,6 +978,37 @@ TEST_CASE("node window: broadcast, all_gather and reduce_scatter at every size a
         scatter.template operator()<bf16, ReduceOp::Sum>(n, in_place);
         scatter.template operator()<double, ReduceOp::Avg>(n, in_place);
         scatter.template operator()<std::int32_t, ReduceOp::Max>(n, in_place);
+      }
+    }
+    // reduce to every root: the same pairs, in place and out of place at
+    // the root, at n on both sides of the one-phase fold (16 KiB) and of the
+    // window's limit; a rank other than the root keeps its recv untouched.
+    auto reduce = [&]<class T, ReduceOp Op>(std::size_t n, std::size_t root, bool in_place) {
+      ++salt;
+      const std::vector<T> send = rp::inputs<T>(r, n, salt);
+      std::vector<T> got = r == root && in_place ? send : std::vector<T>(n, T(7.0f));
+      if (r == root && in_place) {
+        REQUIRE(comm->reduce(std::span<const T>(got), std::span(got), op_tag<Op>{}, root));
+      } else {
+        REQUIRE(comm->reduce(std::span<const T>(send), std::span(got), op_tag<Op>{}, root));
+      }
+      if (r != root) {
+        keep(rp::compare<T>("reduce: recv off the root", std::span<const T>(got), std::vector<T>(n, T(7.0f)), 0, r, w));
+        return;
+      }
+      const bool exact = Op == ReduceOp::Max || (node && n * sizeof(T) <= cap);
+      if (exact) {
+        keep(rp::compare<T>(std::string("reduce ") + (in_place ? "in place " : "") + std::string(name(Op)),
+                            std::span<const T>(got), rp::fold<T, Op>(w, n, salt), 0, r, w));
+      }
+    };
+    for (const std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{2049}, cap / 8, cap / 8 + 1}) {
+      INFO("reduce n " << n);
+      for (std::size_t root = 0; root < w; ++root) {
+        const bool in_place = (root + n) % 2 == 0;
+        reduce.template operator()<bf16, ReduceOp::Sum>(n, root, in_place);
+        reduce.template operator()<double, ReduceOp::Avg>(n, root, !in_place);
+        reduce.template operator()<std::int32_t, ReduceOp::Max>(n, root, in_place);
       }
     }
     CHECK((comm->shared_window_bytes() > 0) == node);

@@ -1802,18 +1802,26 @@ Status BasicMpi<Policies>::reduce_into(const detail::mpi::Reduction& r, const vo
   auto c = detail::CallDesc::reduction(detail::Call::reduce, count, r.dtype, r.op);
   c.root = root;
   if (!live(count)) [[unlikely]] return enter(c, count);
+  const std::size_t bytes = count * r.size;
+  const bool at_root = state_->rank == root;
+  // The node window (3+ ranks on one node) folds in rank order, so it
+  // serves Options::reproducible too; 0 bytes keeps a call off it.
+  const std::size_t window_bytes = pair_algorithms(r) ? bytes : 0;
+  const auto window = [&](const detail::PackedFingerprint* fp) {
+    if (!state_->node_shm.reduce(r.body, r.size, send, recv, count, root, fp)) return false;
+    if (r.avg() && at_root) r.divide(recv, count, state_->size);
+    return true;
+  };
   if (ordered(r)) {
     const auto dl = deadline();
     auto guard = lock();
-    if (auto s = preflight(c, dl); !s) return s;
+    if (auto s = through_node_window(c, dl, window_bytes, window)) return std::move(*s);
     return ordered_reduce(r, c, send, recv, count, false, root, dl);
   }
-  const std::size_t bytes = count * r.size;
   int rc = MPI_SUCCESS;
   const MPI_Op op = op_for(r, rc, bytes);
   if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Op_create");
   const MPI_Datatype dt = r.datatype();
-  const bool at_root = state_->rank == root;
   const void* sbuf = at_root && count != 0 && recv == send ? MPI_IN_PLACE : send;
   const int n = static_cast<int>(count), rt = static_cast<int>(root);
   detail::mpi::Finish f;  // Avg: the root divides the sum once it is complete
@@ -1835,7 +1843,7 @@ Status BasicMpi<Policies>::reduce_into(const detail::mpi::Reduction& r, const vo
       return MPI_Reduce(copy.data(), recv, n, dt, op, rt, state_->comm);
     }
     return MPI_Reduce(sbuf, recv, n, dt, op, rt, state_->comm);
-  }, f);
+  }, f, window_bytes, window);
 }
 
 template <class Policies>

@@ -1,11 +1,11 @@
 #pragma once
 /// @file backends/mpi/node_shm.hpp
-/// The Mpi backend's all_reduce, broadcast, all_gather and reduce_scatter
-/// through an MPI-3 shared-memory window over p >= 3 ranks on one node
-/// (internal to backends/mpi.hpp; shm.hpp is the 2-rank window, whose
+/// The Mpi backend's all_reduce, broadcast, all_gather, reduce_scatter and
+/// reduce through an MPI-3 shared-memory window over p >= 3 ranks on one
+/// node (internal to backends/mpi.hpp; shm.hpp is the 2-rank window, whose
 /// algorithms split the work between exactly two ranks). The all_reduce's
-/// algorithms are described here; the other three are one phase each (see
-/// their members). When every rank of the communicator runs on one node
+/// algorithms are described here; reduce takes the all_reduce's fold without
+/// the all-gather, and the other three are one phase each (see their members). When every rank of the communicator runs on one node
 /// (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) keeps them all together), each
 /// allocates a segment with MPI_Win_allocate_shared and maps every other
 /// rank's: a rank copies its operand into its own segment, publishes a
@@ -206,6 +206,49 @@ class NodeShm : public ShmWindow {
     if (!arrive(q, fp)) return false;
     fold(fn, es, static_cast<std::byte*>(recv), count,
          [&](std::size_t j) { return operand(j, q) + rank_ * block; });
+    return true;
+  }
+
+  /// Reduce of `count` (> 0) elements of `es` bytes (within ensure()'s
+  /// size) to `root`: every rank's `send` goes into its buffer set and the
+  /// fold is all_reduce's, in rank order through `fn` (Avg: the Sum step
+  /// only, the root divides): up to shm_one_phase_to_bytes the root folds
+  /// the p operands into `recv`; above, each rank folds its slice of them
+  /// into its segment (the root: into `recv`) and the root copies the other
+  /// slices out, so that p cores share the fold. Only the root writes, to
+  /// its `recv`, which may be exactly its `send`; the others' `recv` is not
+  /// touched. With `fp`: as broadcast.
+  bool reduce(MPI_User_function* fn, std::size_t es, const void* send, void* recv, std::size_t count,
+              std::size_t root, const PackedFingerprint* fp = nullptr) noexcept {
+    const std::size_t bytes = count * es;
+    const std::uint64_t q = ++seq_;
+    std::memcpy(operand(rank_, q), send, bytes);
+    if (!arrive(q, fp)) return false;
+    auto* to = static_cast<std::byte*>(recv);
+    if (bytes <= shm_one_phase_to_bytes) {
+      if (rank_ == root) fold(fn, es, to, count, [&](std::size_t j) { return operand(j, q); });
+      return true;
+    }
+    const std::size_t chunk = slice_elements(count, size_);
+    const auto slice = [&](std::size_t j) {
+      const std::size_t start = std::min(count, j * chunk);
+      return std::pair{start, std::min(chunk, count - start)};
+    };
+    const std::size_t at = round64(bytes);  // where a rank's reduced slice goes, as in all_reduce
+    const std::pair<std::size_t, std::size_t> mine = slice(rank_);
+    const std::size_t start = mine.first, n = mine.second;
+    std::byte* const out = rank_ == root ? to + start * es : operand(rank_, q) + at;
+    fold(fn, es, out, n, [&](std::size_t j) { return operand(j, q) + start * es; });
+    if (rank_ != root) {
+      control(seg_[rank_]).reduced.store(q, std::memory_order_release);
+      return true;
+    }
+    for (std::size_t j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      wait_for(control(seg_[j]).reduced, q);
+      const auto [s, m] = slice(j);
+      std::memcpy(to + s * es, operand(j, q) + at, m * es);
+    }
     return true;
   }
 
