@@ -989,6 +989,9 @@ TEST_CASE("node window: broadcast, all_gather, reduce_scatter and reduce at ever
       std::vector<T> got = r == root && in_place ? send : std::vector<T>(n, T(7.0f));
       if (r == root && in_place) {
         REQUIRE(comm->reduce(std::span<const T>(got), std::span(got), op_tag<Op>{}, root));
+      } else if (r != root && salt % 2 == 0) {
+        // Off the root recv is unused: an empty span, as the API allows.
+        REQUIRE(comm->reduce(std::span<const T>(send), std::span<T>(), op_tag<Op>{}, root));
       } else {
         REQUIRE(comm->reduce(std::span<const T>(send), std::span(got), op_tag<Op>{}, root));
       }
@@ -996,10 +999,20 @@ TEST_CASE("node window: broadcast, all_gather, reduce_scatter and reduce at ever
         keep(rp::compare<T>("reduce: recv off the root", std::span<const T>(got), std::vector<T>(n, T(7.0f)), 0, r, w));
         return;
       }
+      const std::vector<T> want = rp::fold<T, Op>(w, n, salt);
       const bool exact = Op == ReduceOp::Max || (node && n * sizeof(T) <= cap);
       if (exact) {
         keep(rp::compare<T>(std::string("reduce ") + (in_place ? "in place " : "") + std::string(name(Op)),
-                            std::span<const T>(got), rp::fold<T, Op>(w, n, salt), 0, r, w));
+                            std::span<const T>(got), want, 0, r, w));
+      } else if constexpr (std::is_same_v<T, double>) {
+        // MPI's order (above the window's limit): the same sum to rounding.
+        for (std::size_t i = 0; i < n; ++i) {
+          if (std::abs(got[i] - want[i]) > 1e-12 * (1 + std::abs(want[i]))) {
+            keep("reduce f64 avg n=" + std::to_string(n) + ": element " + std::to_string(i) + " is " +
+                 std::to_string(got[i]) + ", want about " + std::to_string(want[i]));
+            break;
+          }
+        }
       }
     };
     for (const std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{2049}, cap / 8, cap / 8 + 1}) {
