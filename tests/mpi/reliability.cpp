@@ -282,7 +282,20 @@ TEST_CASE("op_timeout: the timeout names the ranks that have not arrived and wha
     for (std::size_t q = 0; q + 1 < w; ++q) {
       CHECK_FALSE(contains(s.error().message, "rank " + std::to_string(q) + "'s last collective"));
     }
-    if (r == 0) {
+    // Rank 0 releases the late rank only once every other rank has read
+    // the board: released earlier, the late rank could enter #3 before a
+    // slower rank's timeout reads the board (seen oversubscribed, 3 ranks
+    // on 2 busy cores, Open MPI), which then says every rank has entered.
+    if (r != 0) {
+      std::array<int, 1> read{1};
+      REQUIRE(side.send(std::span<const int>(read), 0, 8));
+      REQUIRE(side.sync());
+    } else {
+      for (std::size_t q = 1; q < late; ++q) {
+        std::array<int, 1> read{};
+        REQUIRE(side.recv(std::span<int>(read), q, 8));
+      }
+      REQUIRE(side.sync());
       std::array<int, 1> go{1};
       REQUIRE(side.send(std::span<const int>(go), late, 7));
       REQUIRE(side.sync());
