@@ -1139,6 +1139,116 @@ TEST_CASE("POLYCOLL_MPI_ALL_REDUCE forces the all_reduce algorithm", "[mpi][algo
   }
 }
 
+// POLYCOLL_MPI_NODE_SIZE=k takes ranks k*i .. k*i+k-1 for one node (a test
+// aid: docs/mpi.md, "Across nodes"), so the hierarchical all_reduce runs on
+// this one machine: a reduce-scatter in each node's window, MPI_Allreduce of
+// each slice among the ranks of its index on every node, an all-gather in
+// the window. It serves where the nodes are two or more and all of one size;
+// elsewhere the usual choice does. Checked against exact sums and maxima at
+// sizes that leave slices empty (n < k), uneven, and above the window's
+// limit (chunked), in place and out of place, and for the same bits on every
+// rank; not for Options::reproducible (not rank order); with the check on;
+// an invalid value fails the first all_reduce on every rank, naming it.
+TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical all_reduce", "[mpi][algorithms][hierarchical]") {
+  int ri = 0, wi = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &ri);
+  MPI_Comm_size(MPI_COMM_WORLD, &wi);
+  const std::size_t r = static_cast<std::size_t>(ri), w = static_cast<std::size_t>(wi);
+  for (const std::size_t k : {std::size_t{1}, std::size_t{2}}) {
+    const bool serves = w % k == 0 && w / k >= 2;
+    for (const bool checked : {false, true}) {
+      ::setenv("POLYCOLL_MPI_NODE_SIZE", std::to_string(k).c_str(), 1);
+      Options o;
+      o.check_consistency = checked;
+      Mpi comm = world(o);
+      ::unsetenv("POLYCOLL_MPI_NODE_SIZE");
+      const std::size_t above = detail::mpi::node_shm_to_bytes(k) / 4 + 1000;  // f32: two chunks at k = 1, 2
+      for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{1001}, above}) {
+        INFO("nodes of " << k << " at " << w << " ranks, n=" << n << (checked ? ", checked" : ""));
+        // f32 sums of small integers: exact in any order.
+        std::vector<float> f(n);
+        for (std::size_t i = 0; i < n; ++i) f[i] = static_cast<float>((r + 1) * (i % 7 + 1));
+        REQUIRE(comm.all_reduce(std::span(f), polycoll::sum));
+        if (serves) CHECK(comm.last_all_reduce_algorithm() == "hierarchical");
+        const std::size_t tri = w * (w + 1) / 2;
+        std::size_t bad = n;
+        for (std::size_t i = 0; i < n && bad == n; ++i) {
+          if (f[i] != static_cast<float>(tri * (i % 7 + 1))) bad = i;
+        }
+        CHECK(bad == n);
+        // Out of place, bf16 (polycoll's unit on every path), i32 max, f64 avg.
+        std::vector<bf16> hs(n, bf16(static_cast<float>(r + 1))), hr(n, bf16(-1.0f));
+        REQUIRE(comm.all_reduce(std::span<const bf16>(hs), std::span(hr), polycoll::sum));
+        CHECK(static_cast<float>(hr[0]) == static_cast<float>(tri));
+        CHECK(static_cast<float>(hr[n - 1]) == static_cast<float>(tri));
+        CHECK(static_cast<float>(hs[n - 1]) == static_cast<float>(r + 1));
+        std::vector<std::int32_t> m(n, static_cast<std::int32_t>(r));
+        m[n / 2] = static_cast<std::int32_t>(100 + r);
+        REQUIRE(comm.all_reduce(std::span(m), polycoll::max));
+        CHECK(m[n / 2] == static_cast<std::int32_t>(100 + w - 1));
+        CHECK(m[n - 1] == static_cast<std::int32_t>(n == 1 ? 100 + w - 1 : w - 1));
+        std::vector<double> a(n, static_cast<double>(r + 1));
+        REQUIRE(comm.all_reduce(std::span(a), polycoll::avg));
+        CHECK(a[n - 1] == static_cast<double>(w + 1) / 2);
+        if (serves) CHECK(comm.last_all_reduce_algorithm() == "hierarchical");
+        // Sums whose bits depend on the order: every rank gets the same bits.
+        std::vector<float> g(n);
+        for (std::size_t i = 0; i < n; ++i) g[i] = 0.1f * static_cast<float>(r + 1) + 1e-3f * static_cast<float>(i % 13);
+        REQUIRE(comm.all_reduce(std::span(g), polycoll::sum));
+        std::vector<std::uint32_t> mine(n), theirs(n);
+        std::memcpy(mine.data(), g.data(), n * 4);
+        theirs = mine;
+        REQUIRE(comm.broadcast(std::span(theirs), 0));
+        CHECK(mine == theirs);
+      }
+      // Reproducible: the rank-order paths, never the hierarchical one.
+      Options ro = o;
+      ro.reproducible = true;
+      ::setenv("POLYCOLL_MPI_NODE_SIZE", std::to_string(k).c_str(), 1);
+      Mpi repro = world(ro);
+      ::unsetenv("POLYCOLL_MPI_NODE_SIZE");
+      std::vector<float> v(100, 0.1f * static_cast<float>(r + 1));
+      REQUIRE(repro.all_reduce(std::span(v), polycoll::sum));
+      // (At 2 ranks one binary step per element: every path is rank order.)
+      if (w >= 3) CHECK(repro.last_all_reduce_algorithm() != "hierarchical");
+      float chain = 0.1f;
+      for (std::size_t j = 1; j < w; ++j) chain += 0.1f * static_cast<float>(j + 1);
+      CHECK(v[99] == chain);
+    }
+  }
+  // With the check on, a call that differs is caught before the path runs.
+  {
+    ::setenv("POLYCOLL_MPI_NODE_SIZE", "1", 1);
+    Options o;
+    o.check_consistency = true;
+    Mpi comm = world(o);
+    ::unsetenv("POLYCOLL_MPI_NODE_SIZE");
+    std::vector<float> v(11, 1.0f);
+    REQUIRE(comm.all_reduce(std::span(v.data(), 10), polycoll::sum));  // the path decided
+    if (w >= 2) {
+      auto st = comm.all_reduce(std::span(v.data(), r == 0 ? 10 : 11), polycoll::sum);
+      REQUIRE_FALSE(st);
+      CHECK(st.error().code == Errc::mismatch);
+    }
+  }
+  // An invalid value, on every rank and then on one.
+  for (const bool everywhere : {true, false}) {
+    if (everywhere || r == 0) ::setenv("POLYCOLL_MPI_NODE_SIZE", "two", 1);
+    Mpi bad = world();
+    ::unsetenv("POLYCOLL_MPI_NODE_SIZE");
+    if (w < 2) continue;  // (one rank: polycoll's algorithms never run, nothing to agree on)
+    std::vector<float> x(10, 1.0f);
+    auto st = bad.all_reduce(std::span(x), polycoll::sum);
+    REQUIRE_FALSE(st);
+    CHECK(st.error().code == Errc::invalid_argument);
+    CHECK_THAT(st.error().message, Catch::Matchers::Contains(everywhere || r == 0 ? "POLYCOLL_MPI_NODE_SIZE=\"two\""
+                                                                                  : "POLYCOLL_MPI_NODE_SIZE on another rank"));
+    REQUIRE(bad.all_reduce(std::span(x), polycoll::sum));
+    CHECK(bad.last_all_reduce_algorithm() != "hierarchical");
+    CHECK(x[9] == static_cast<float>(w));
+  }
+}
+
 // With the check on, a first call that differs between ranks fails the
 // check on every rank: polycoll's private duplicate (MPI_Comm_dup, made at
 // the first all_reduce or node-window collective that may use it) is made

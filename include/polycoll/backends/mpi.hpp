@@ -570,7 +570,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                                  : bytes <= detail::mpi::node_shm_to_bytes(state_->size) &&
                                        state_->node_shm.fits(count, r.size);
       };
-      if (state_->check && window_checks(dl) && count != 0 && fits() && !ordered(r)) {
+      // (Not with POLYCOLL_MPI_NODE_SIZE: the hierarchical path, which a
+      // fingerprint cannot ride, may serve the call through another window.)
+      if (state_->check && window_checks(dl) && count != 0 && fits() && !ordered(r) && state_->fake_node == 0) {
         entering(c);
         if (auto s = room(c); !s) return s;
         rides = checked(c);
@@ -587,11 +589,24 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       if (auto s = make_pair_comm(c); !s) return s;
       window_allowed = plan();
     }
+    // The ranks span nodes, or POLYCOLL_MPI_NODE_SIZE says they do: the
+    // hierarchical all_reduce (docs/mpi.md, "Across nodes"), decided once,
+    // at the first call that could take it (every rank comes here in the
+    // same call). Not in rank order: never for Options::reproducible.
+    using Hierarchy = detail::mpi::CommState::Hierarchy;
+    bool hierarchical = false;
+    if (pair && window_allowed && !nonblocking && !dl && count != 0 && !ordered(r) &&
+        (state_->size >= 3 || state_->fake_node > 0) && state_->pair_comm != MPI_COMM_NULL) {
+      if (state_->hierarchy == Hierarchy::untried) {
+        if (auto s = decide_hierarchy(c); !s) return s;
+      }
+      hierarchical = state_->hierarchy == Hierarchy::yes || state_->hierarchy == Hierarchy::broken;
+    }
     // The node window folds in rank order, the order Options::reproducible
     // asks for: where it may serve the call, the rank-order path waits to
     // see whether it does (below).
     bool node_window = false;
-    if (pair && window_allowed) {
+    if (pair && window_allowed && !hierarchical) {
       node_window = !nonblocking && !dl && state_->size >= 3 && count != 0 &&
                     bytes <= detail::mpi::node_shm_to_bytes(state_->size) && !state_->node_shm.refused();
     }
@@ -609,7 +624,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       return posted(req, c, dt(), f, "MPI_Iallreduce", dl);
     } else {
       bool done = false;
-      if (pair) {
+      if (hierarchical) {
+        if (auto s = hierarchical_all_reduce(r, c, send, buf, count, op, done); !s) return s;
+        if (done) {
+          send = nullptr;
+          state_->last_all_reduce = "hierarchical";
+        }
+      } else if (pair) {
         const bool small = !force_mpi && !force_halving && fits_exchange;
         const bool large = force_halving || (!force_mpi && !force_exchange && detail::mpi::halving_mpi &&
                                              bytes >= detail::mpi::halving_from_bytes);
@@ -702,11 +723,23 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_dup (polycoll's all_reduce algorithms)");
     const bool invalid = state_->forced_local == detail::mpi::ForcedAllReduce::invalid;
     const int mine = invalid ? 0 : static_cast<int>(state_->forced_local);
-    int codes[3] = {mine, -mine, invalid ? 1 : 0};
-    rc = MPI_Allreduce(MPI_IN_PLACE, codes, 3, MPI_INT, MPI_MAX, state_->pair_comm);
-    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (POLYCOLL_MPI_ALL_REDUCE)");
+    // POLYCOLL_MPI_NODE_SIZE likewise, in the same call.
+    const bool bad_node = state_->fake_node_local < 0;
+    const int node = bad_node ? 0 : static_cast<int>(state_->fake_node_local);
+    int codes[6] = {mine, -mine, invalid ? 1 : 0, node, -node, bad_node ? 1 : 0};
+    rc = MPI_Allreduce(MPI_IN_PLACE, codes, 6, MPI_INT, MPI_MAX, state_->pair_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (POLYCOLL_MPI_ALL_REDUCE, POLYCOLL_MPI_NODE_SIZE)");
     state_->forced = codes[0] == -codes[1] && codes[2] == 0 ? static_cast<detail::mpi::ForcedAllReduce>(codes[0])
                                                           : detail::mpi::ForcedAllReduce::none;
+    state_->fake_node = codes[3] == -codes[4] && codes[5] == 0 ? codes[3] : 0;
+    if (codes[5] != 0) [[unlikely]] {
+      return tl::unexpected(this->error(
+          Errc::invalid_argument, c,
+          bad_node ? detail::cat("POLYCOLL_MPI_NODE_SIZE=\"", state_->fake_node_text,
+                                 "\" is not a number of ranks from 1 to 2^30 (the real nodes serve this communicator)")
+                   : std::string("POLYCOLL_MPI_NODE_SIZE on another rank is not a number of ranks from 1 to 2^30 "
+                                 "(the real nodes serve this communicator)")));
+    }
     if (codes[2] != 0) [[unlikely]] {
       return tl::unexpected(this->error(
           Errc::invalid_argument, c,
@@ -716,6 +749,82 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                   : std::string("POLYCOLL_MPI_ALL_REDUCE on another rank is not one of auto, mpi, window, exchange, "
                                 "halving (nothing is forced on this communicator)")));
     }
+    return {};
+  }
+
+  // CommState::hierarchy's decision, collective over pair_comm: the nodes
+  // (POLYCOLL_MPI_NODE_SIZE's consecutive ranks, or MPI_Comm_split_type's),
+  // and whether they serve: two or more, all of one size, and the windows
+  // allowed on every rank (one MPI_Allreduce). Real nodes of one rank each
+  // do not: MPI's own all_reduce moves the same messages without the copies.
+  Status decide_hierarchy(const detail::CallDesc& c) {
+    auto& s = *state_;
+    s.hierarchy = detail::mpi::CommState::Hierarchy::no;
+    const int rank = static_cast<int>(s.rank);
+    int rc = s.fake_node > 0
+                 ? MPI_Comm_split(s.pair_comm, static_cast<int>(s.rank / static_cast<std::size_t>(s.fake_node)), rank,
+                                  &s.node_comm)
+                 : MPI_Comm_split_type(s.pair_comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &s.node_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_split_type (the nodes of the hierarchical all_reduce)");
+    int local = 1, local_rank = 0;
+    MPI_Comm_size(s.node_comm, &local);
+    MPI_Comm_rank(s.node_comm, &local_rank);
+    int v[3] = {local, -local, detail::mpi::shm_allowed() ? 0 : 1};
+    rc = MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MAX, s.pair_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (the nodes of the hierarchical all_reduce)");
+    const bool one_size = v[0] == -v[1];
+    const std::size_t nodes = s.size / static_cast<std::size_t>(local);
+    if (!one_size || v[2] != 0 || nodes < 2 || (local < 2 && s.fake_node == 0)) {
+      MPI_Comm_free(&s.node_comm);
+      return {};
+    }
+    rc = MPI_Comm_split(s.pair_comm, local_rank, rank, &s.cross_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_split (the node peers of the hierarchical all_reduce)");
+    s.node_rank = static_cast<std::size_t>(local_rank);
+    s.node_size = static_cast<std::size_t>(local);
+    s.hierarchy = detail::mpi::CommState::Hierarchy::yes;
+    return {};
+  }
+
+  // The hierarchical all_reduce (docs/mpi.md, "Across nodes") of `count`
+  // elements into `buf` from `send` (null: in place), in chunks the node
+  // window holds (node_shm_to_bytes of the node's size). `done` stays false
+  // when some node's window could not be made: every rank learns it (one
+  // MPI_Allreduce), the path is not tried again, and the caller goes on with
+  // MPI's own all_reduce. `op`: the pair's MPI op (Avg: Sum's; the caller
+  // divides).
+  Status hierarchical_all_reduce(const detail::mpi::Reduction& r, const detail::CallDesc& c, const void* send,
+                                 void* buf, std::size_t count, MPI_Op op, bool& done) {
+    auto& s = *state_;
+    using Hierarchy = detail::mpi::CommState::Hierarchy;
+    if (s.hierarchy == Hierarchy::broken) [[unlikely]] {
+      return tl::unexpected(this->error(Errc::backend_failure, c,
+                                        "an earlier hierarchical all_reduce failed in MPI between its phases; the "
+                                        "node window it left cannot be used again"));
+    }
+    const std::size_t per = std::max<std::size_t>(1, detail::mpi::node_shm_to_bytes(s.node_size) / r.size);
+    if (!s.hier_shm.fits(std::min(per, count), r.size)) {
+      const int made = s.hier_shm.ensure(s.node_comm, s.node_rank, s.node_size, std::min(per, count), r.size);
+      int ok = made == MPI_SUCCESS && s.hier_shm.ready() ? 1 : 0;
+      const int rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s.pair_comm);
+      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (the hierarchical all_reduce's windows)");
+      if (ok == 0) {
+        s.hierarchy = Hierarchy::no;
+        return {};
+      }
+    }
+    const auto* from = static_cast<const std::byte*>(send ? send : buf);
+    auto* to = static_cast<std::byte*>(buf);
+    for (std::size_t at = 0; at < count; at += per) {
+      const std::size_t m = std::min(per, count - at);
+      const int rc = s.hier_shm.all_reduce_across(r.body, r.size, from + at * r.size, to + at * r.size, m,
+                                                  r.datatype(), op, s.cross_comm);
+      if (rc != MPI_SUCCESS) [[unlikely]] {
+        s.hierarchy = Hierarchy::broken;
+        return mpi_error(c, rc, "MPI_Allreduce (the hierarchical all_reduce, across nodes)");
+      }
+    }
+    done = true;
     return {};
   }
 
@@ -1347,6 +1456,8 @@ Result<BasicMpi<Policies>> BasicMpi<Policies>::make(const char* what, MPI_Comm c
   s->options = detail::with_environment(options);
   s->forced_local = detail::mpi::forced_all_reduce_from_environment();
   if (s->forced_local == detail::mpi::ForcedAllReduce::invalid) s->forced_text = std::getenv("POLYCOLL_MPI_ALL_REDUCE");
+  s->fake_node_local = detail::mpi::fake_node_size_from_environment();
+  if (s->fake_node_local < 0) s->fake_node_text = std::getenv("POLYCOLL_MPI_NODE_SIZE");
   try {
     s->flight = detail::FlightRecorder::make(s->options.flight_record_size);
   } catch (const std::bad_alloc&) {
@@ -1625,6 +1736,17 @@ void BasicMpi<Policies>::release() noexcept {
                         " ms) to free the shared-memory window of the ", pair ? "2-rank" : "node's",
                         " all_reduce together; the window is left to MPI_Finalize"));
       }
+      // The hierarchical all_reduce's window: over the node's ranks.
+      if (!s.hier_shm.release(left())) {
+        log(LogLevel::warning,
+            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size,
+                        ") destroyed: its node's ranks did not all meet within drop_timeout (",
+                        s.options.drop_timeout.count(),
+                        " ms) to free the hierarchical all_reduce's window together; the window is left to "
+                        "MPI_Finalize"));
+      }
+      if (s.cross_comm != MPI_COMM_NULL) MPI_Comm_free(&s.cross_comm);
+      if (s.node_comm != MPI_COMM_NULL) MPI_Comm_free(&s.node_comm);
       if (s.pair_comm != MPI_COMM_NULL) MPI_Comm_free(&s.pair_comm);
       if (s.owned) {
         MPI_Comm_free(&s.comm);

@@ -141,28 +141,50 @@ class NodeShm : public ShmWindow {
     }
     // Reduce-scatter: this rank folds its slice straight into buf (its own
     // operand is in its segment already), then publishes it.
-    const std::size_t chunk = slice_elements(count, size_);
-    const auto slice = [&](std::size_t j) {
-      const std::size_t start = std::min(count, j * chunk);
-      return std::pair{start, std::min(chunk, count - start)};
-    };
     // (No structured binding: clang 14 cannot capture one in the lambda.)
-    const std::pair<std::size_t, std::size_t> mine = slice(rank_);
+    const std::pair<std::size_t, std::size_t> mine = slice(rank_, count);
     const std::size_t start = mine.first, n = mine.second;
     fold(fn, es, to + start * es, n, [&](std::size_t j) { return operand(j, q) + start * es; });
-    // The reduced slice follows the operand in the set (the same place on
-    // every rank: the count is the same).
-    const std::size_t at = round64(bytes);
-    std::memcpy(operand(rank_, q) + at, to + start * es, n * es);
+    std::memcpy(reduced_slice(rank_, q, bytes), to + start * es, n * es);
     control(seg_[rank_]).reduced.store(q, std::memory_order_release);
     // All-gather: every other slice, out of its owner's segment.
-    for (std::size_t j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      wait_for(control(seg_[j]).reduced, q);
-      const auto [s, m] = slice(j);
-      std::memcpy(to + s * es, operand(j, q) + at, m * es);
-    }
+    copy_reduced_slices(q, to, count, es);
     return true;
+  }
+
+  /// The node's part of the hierarchical all_reduce (docs/mpi.md, "Across
+  /// nodes"): this window is over this rank's node, and `cross` joins the
+  /// ranks of this rank's index on every node (all nodes have size() ranks).
+  /// In place over `count` (> 0) elements of `es` bytes (within ensure()'s
+  /// size) read from `src` (`buf` itself, or a disjoint array): all_reduce's
+  /// reduce-scatter + all-gather at every size, with one step between them:
+  /// this rank's slice, reduced over the node in rank order through `fn`,
+  /// goes through MPI_Allreduce(dt, op) over `cross` before it is published
+  /// (Avg: `fn` and `op` are the Sum step, the caller divides). Every rank
+  /// gets the same bits: each slice is reduced once per node and then by one
+  /// MPI_Allreduce, which gives its ranks one result.
+  /// Returns an MPI error code. A failed MPI_Allreduce is published with the
+  /// slice, so the node's other ranks do not wait forever: they return
+  /// MPI_ERR_OTHER, and the window must not be used again (the counters
+  /// carry the failure bit from then on).
+  int all_reduce_across(MPI_User_function* fn, std::size_t es, const void* src, void* buf, std::size_t count,
+                        MPI_Datatype dt, MPI_Op op, MPI_Comm cross) noexcept {
+    const std::size_t bytes = count * es;
+    auto* to = static_cast<std::byte*>(buf);
+    const std::uint64_t q = ++seq_;
+    std::memcpy(operand(rank_, q), src, bytes);
+    arrive(q, nullptr);
+    const std::pair<std::size_t, std::size_t> mine = slice(rank_, count);
+    const std::size_t start = mine.first, n = mine.second;
+    fold(fn, es, to + start * es, n, [&](std::size_t j) { return operand(j, q) + start * es; });
+    // Every node has the same count and size, so the ranks of one index have
+    // the same slice: all of them call, or none (an empty slice).
+    int rc = MPI_SUCCESS;
+    if (n != 0) rc = MPI_Allreduce(MPI_IN_PLACE, to + start * es, static_cast<int>(n), dt, op, cross);
+    std::memcpy(reduced_slice(rank_, q, bytes), to + start * es, n * es);
+    control(seg_[rank_]).reduced.store(rc == MPI_SUCCESS ? q : q | failed_bit, std::memory_order_release);
+    const bool peers_ok = copy_reduced_slices(q, to, count, es);
+    return rc != MPI_SUCCESS ? rc : peers_ok ? MPI_SUCCESS : MPI_ERR_OTHER;
   }
 
   /// Broadcast of `bytes` (> 0, within ensure()'s size) at `buf` from
@@ -229,26 +251,15 @@ class NodeShm : public ShmWindow {
       if (rank_ == root) fold(fn, es, to, count, [&](std::size_t j) { return operand(j, q); });
       return true;
     }
-    const std::size_t chunk = slice_elements(count, size_);
-    const auto slice = [&](std::size_t j) {
-      const std::size_t start = std::min(count, j * chunk);
-      return std::pair{start, std::min(chunk, count - start)};
-    };
-    const std::size_t at = round64(bytes);  // where a rank's reduced slice goes, as in all_reduce
-    const std::pair<std::size_t, std::size_t> mine = slice(rank_);
+    const std::pair<std::size_t, std::size_t> mine = slice(rank_, count);
     const std::size_t start = mine.first, n = mine.second;
-    std::byte* const out = rank_ == root ? to + start * es : operand(rank_, q) + at;
+    std::byte* const out = rank_ == root ? to + start * es : reduced_slice(rank_, q, bytes);
     fold(fn, es, out, n, [&](std::size_t j) { return operand(j, q) + start * es; });
     if (rank_ != root) {
       control(seg_[rank_]).reduced.store(q, std::memory_order_release);
       return true;
     }
-    for (std::size_t j = 0; j < size_; ++j) {
-      if (j == rank_) continue;
-      wait_for(control(seg_[j]).reduced, q);
-      const auto [s, m] = slice(j);
-      std::memcpy(to + s * es, operand(j, q) + at, m * es);
-    }
+    copy_reduced_slices(q, to, count, es);
     return true;
   }
 
@@ -263,6 +274,10 @@ class NodeShm : public ShmWindow {
   // operands stream through it.
   static constexpr std::size_t fold_block_bytes = 8192;
 
+  // Set in a published `reduced` counter when the rank's slice is not valid
+  // (all_reduce_across): waits for the counter still end (it is above any q).
+  static constexpr std::uint64_t failed_bit = std::uint64_t{1} << 63;
+
   static std::size_t round64(std::size_t b) noexcept { return (b + 63) / 64 * 64; }
   static std::size_t slice_elements(std::size_t count, std::size_t p) noexcept { return (count + p - 1) / p; }
   // One buffer set: the operand, then this rank's reduced slice.
@@ -270,6 +285,32 @@ class NodeShm : public ShmWindow {
     return round64(count * elem_size) + round64(slice_elements(count, p) * elem_size);
   }
   std::byte* operand(std::size_t j, std::uint64_t q) const noexcept { return seg_[j] + header + (q & 1) * set_bytes_; }
+  // Rank j's reduced slice of call q, whose operand has `bytes`: after the
+  // operand in the set (the same place on every rank: the count is the same).
+  std::byte* reduced_slice(std::size_t j, std::uint64_t q, std::size_t bytes) const noexcept {
+    return operand(j, q) + round64(bytes);
+  }
+  // Rank j's slice of `count` elements: (first element, elements).
+  std::pair<std::size_t, std::size_t> slice(std::size_t j, std::size_t count) const noexcept {
+    const std::size_t chunk = slice_elements(count, size_);
+    const std::size_t start = std::min(count, j * chunk);
+    return {start, std::min(chunk, count - start)};
+  }
+  // Every other rank's reduced slice of call q (`count` elements of `es`
+  // bytes in all), out of its owner's segment once published, into `to`.
+  // False when a rank published its slice with failed_bit (its step between
+  // the two phases failed: all_reduce_across).
+  bool copy_reduced_slices(std::uint64_t q, std::byte* to, std::size_t count, std::size_t es) const noexcept {
+    bool ok = true;
+    for (std::size_t j = 0; j < size_; ++j) {
+      if (j == rank_) continue;
+      wait_for(control(seg_[j]).reduced, q);
+      ok = ok && (control(seg_[j]).reduced.load(std::memory_order_relaxed) & failed_bit) == 0;
+      const auto [s, m] = slice(j, count);
+      std::memcpy(to + s * es, reduced_slice(j, q, count * es), m * es);
+    }
+    return ok;
+  }
 
   // Call q's arrival once this rank's data is in its buffer set: with `fp`
   // the line of q (arrive_checked), else `posted`. True when the

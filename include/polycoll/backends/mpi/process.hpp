@@ -178,6 +178,23 @@ inline ForcedAllReduce forced_all_reduce_from_environment() noexcept {
   return ForcedAllReduce::invalid;
 }
 
+/// POLYCOLL_MPI_NODE_SIZE of this process, a test aid (docs/mpi.md, "Across
+/// nodes"): the all_reduce takes ranks k*i .. k*i+k-1 of a communicator for
+/// one node, whatever node they run on, so that the hierarchical path runs
+/// and is checked on one machine. Unset or empty: 0 (the real nodes); a
+/// decimal number from 1 to 2^30: that k; anything else: -1 (invalid: the
+/// first all_reduce that would agree on it fails on every rank, naming it).
+inline long fake_node_size_from_environment() noexcept {
+  const char* v = std::getenv("POLYCOLL_MPI_NODE_SIZE");
+  if (v == nullptr || *v == '\0') return 0;
+  long k = 0;
+  for (const char* p = v; *p != '\0'; ++p) {
+    if (*p < '0' || *p > '9' || k > (1L << 30)) return -1;
+    k = k * 10 + (*p - '0');
+  }
+  return k >= 1 && k <= (1L << 30) ? k : -1;
+}
+
 /// One poll of MPI's progress engine: MPI_Iprobe on `comm`, a private dup
 /// that no message of the user's reaches, so it consumes nothing.
 inline void probe_progress(MPI_Comm comm) noexcept {

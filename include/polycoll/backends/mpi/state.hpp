@@ -78,6 +78,25 @@ struct CommState {
   PairShm shm;
   // The window of 3 or more ranks on one node (backends/mpi/node_shm.hpp), on pair_comm.
   NodeShm node_shm;
+  // The hierarchical all_reduce (the ranks span nodes, or
+  // POLYCOLL_MPI_NODE_SIZE makes them: docs/mpi.md, "Across nodes"): decided
+  // once, at the first all_reduce that could take it (collective: every rank
+  // decides in the same call); the node's ranks (node_comm, a window over
+  // them) and the ranks of this rank's index on every node (cross_comm).
+  // fake_node_local: this process's POLYCOLL_MPI_NODE_SIZE; fake_node: the
+  // value every rank agreed on when pair_comm was made (0 unless all said
+  // the same). `broken`: an MPI_Allreduce between the phases failed, the
+  // window's counters are spent (every later all_reduce fails).
+  enum class Hierarchy : std::uint8_t { untried, no, yes, broken };
+  Hierarchy hierarchy = Hierarchy::untried;
+  long fake_node_local = 0;
+  long fake_node = 0;
+  std::string fake_node_text;  // the value, when it is invalid (for the error)
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  MPI_Comm cross_comm = MPI_COMM_NULL;
+  std::size_t node_rank = 0;
+  std::size_t node_size = 1;
+  NodeShm hier_shm;
   // With op_timeout: what each rank on this node entered last, for the
   // timeout's message (backends/mpi/board.hpp), and this rank's collectives
   // so far (the number it publishes there).
