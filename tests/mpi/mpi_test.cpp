@@ -1169,7 +1169,7 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical all_reduce", "[mpi][algorith
         std::vector<float> f(n);
         for (std::size_t i = 0; i < n; ++i) f[i] = static_cast<float>((r + 1) * (i % 7 + 1));
         REQUIRE(comm.all_reduce(std::span(f), polycoll::sum));
-        if (serves) CHECK(comm.last_all_reduce_algorithm() == "hierarchical");
+        CHECK((comm.last_all_reduce_algorithm() == "hierarchical") == serves);
         const std::size_t tri = w * (w + 1) / 2;
         std::size_t bad = n;
         for (std::size_t i = 0; i < n && bad == n; ++i) {
@@ -1230,6 +1230,35 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical all_reduce", "[mpi][algorith
       REQUIRE_FALSE(st);
       CHECK(st.error().code == Errc::mismatch);
     }
+  }
+  // POLYCOLL_MPI_SHM=0 on one rank: no windows, so not this path either.
+  {
+    ::setenv("POLYCOLL_MPI_NODE_SIZE", "1", 1);
+    if (r == 0) ::setenv("POLYCOLL_MPI_SHM", "0", 1);
+    Mpi comm = world();
+    std::vector<float> v(100, 1.0f);
+    REQUIRE(comm.all_reduce(std::span(v), polycoll::sum));
+    ::unsetenv("POLYCOLL_MPI_SHM");
+    ::unsetenv("POLYCOLL_MPI_NODE_SIZE");
+    CHECK(comm.last_all_reduce_algorithm() != "hierarchical");
+    CHECK(v[99] == static_cast<float>(w));
+  }
+  // The decision is made with polycoll's duplicate, after the check: here a
+  // broadcast makes both (and the node window, at 3 or more ranks on one
+  // node); then the last rank calls all_gather where the others call
+  // all_reduce, and every rank must fail the check (in the window's line),
+  // none waiting in an MPI call of the decision.
+  if (w >= 2) {
+    Options o;
+    o.check_consistency = true;
+    Mpi comm = world(o);
+    std::vector<float> b(64, static_cast<float>(r));
+    REQUIRE(comm.broadcast(std::span(b), 0));
+    std::vector<float> v(4, 1.0f), all(w, 0.0f);
+    const float one = 1.0f;
+    auto st = r + 1 == w ? comm.all_gather(std::span(&one, 1), std::span(all)) : comm.all_reduce(std::span(v), polycoll::sum);
+    REQUIRE_FALSE(st);
+    CHECK(st.error().code == Errc::mismatch);
   }
   // An invalid value, on every rank and then on one.
   for (const bool everywhere : {true, false}) {

@@ -590,18 +590,12 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       window_allowed = plan();
     }
     // The ranks span nodes, or POLYCOLL_MPI_NODE_SIZE says they do: the
-    // hierarchical all_reduce (docs/mpi.md, "Across nodes"), decided once,
-    // at the first call that could take it (every rank comes here in the
-    // same call). Not in rank order: never for Options::reproducible.
+    // hierarchical all_reduce (docs/mpi.md, "Across nodes"), decided with
+    // pair_comm (make_pair_comm). Not in rank order: never where
+    // Options::reproducible asks for the rank-order fold.
     using Hierarchy = detail::mpi::CommState::Hierarchy;
-    bool hierarchical = false;
-    if (pair && window_allowed && !nonblocking && !dl && count != 0 && !ordered(r) &&
-        (state_->size >= 3 || state_->fake_node > 0) && state_->pair_comm != MPI_COMM_NULL) {
-      if (state_->hierarchy == Hierarchy::untried) {
-        if (auto s = decide_hierarchy(c); !s) return s;
-      }
-      hierarchical = state_->hierarchy == Hierarchy::yes || state_->hierarchy == Hierarchy::broken;
-    }
+    const bool hierarchical = pair && window_allowed && !nonblocking && !dl && count != 0 && !ordered(r) &&
+                              (state_->hierarchy == Hierarchy::yes || state_->hierarchy == Hierarchy::broken);
     // The node window folds in rank order, the order Options::reproducible
     // asks for: where it may serve the call, the rank-order path waits to
     // see whether it does (below).
@@ -749,10 +743,17 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                   : std::string("POLYCOLL_MPI_ALL_REDUCE on another rank is not one of auto, mpi, window, exchange, "
                                 "halving (nothing is forced on this communicator)")));
     }
+    // The hierarchical all_reduce's decision, here because every rank makes
+    // pair_comm in the same call and after the consistency check: a decision
+    // at the first all_reduce instead would call MPI while a rank whose call
+    // differs waits for the others in a window's line, whose check (riding a
+    // call once the window exists) is what would have told them apart.
+    if (state_->size >= 3 || state_->fake_node > 0) return decide_hierarchy(c);
     return {};
   }
 
-  // CommState::hierarchy's decision, collective over pair_comm: the nodes
+  // CommState::hierarchy's decision (at 3 or more ranks, or with
+  // POLYCOLL_MPI_NODE_SIZE), collective over pair_comm: the nodes
   // (POLYCOLL_MPI_NODE_SIZE's consecutive ranks, or MPI_Comm_split_type's),
   // and whether they serve: two or more, all of one size, and the windows
   // allowed on every rank (one MPI_Allreduce). Real nodes of one rank each

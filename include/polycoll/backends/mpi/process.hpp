@@ -187,12 +187,12 @@ inline ForcedAllReduce forced_all_reduce_from_environment() noexcept {
 inline long fake_node_size_from_environment() noexcept {
   const char* v = std::getenv("POLYCOLL_MPI_NODE_SIZE");
   if (v == nullptr || *v == '\0') return 0;
-  long k = 0;
+  long long k = 0;
   for (const char* p = v; *p != '\0'; ++p) {
-    if (*p < '0' || *p > '9' || k > (1L << 30)) return -1;
+    if (*p < '0' || *p > '9' || k > (1LL << 30)) return -1;
     k = k * 10 + (*p - '0');
   }
-  return k >= 1 && k <= (1L << 30) ? k : -1;
+  return k >= 1 && k <= (1LL << 30) ? static_cast<long>(k) : -1;
 }
 
 /// One poll of MPI's progress engine: MPI_Iprobe on `comm`, a private dup

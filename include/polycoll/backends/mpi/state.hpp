@@ -80,13 +80,14 @@ struct CommState {
   NodeShm node_shm;
   // The hierarchical all_reduce (the ranks span nodes, or
   // POLYCOLL_MPI_NODE_SIZE makes them: docs/mpi.md, "Across nodes"): decided
-  // once, at the first all_reduce that could take it (collective: every rank
-  // decides in the same call); the node's ranks (node_comm, a window over
+  // once, when pair_comm is made (collective: every rank decides in the same
+  // call; untried: never decided, not taken); the node's ranks (node_comm, a window over
   // them) and the ranks of this rank's index on every node (cross_comm).
   // fake_node_local: this process's POLYCOLL_MPI_NODE_SIZE; fake_node: the
   // value every rank agreed on when pair_comm was made (0 unless all said
-  // the same). `broken`: an MPI_Allreduce between the phases failed, the
-  // window's counters are spent (every later all_reduce fails).
+  // the same). `broken`: an MPI_Allreduce between the phases failed on this
+  // node (the window's counters carry the failure bit): every later
+  // all_reduce on this rank fails.
   enum class Hierarchy : std::uint8_t { untried, no, yes, broken };
   Hierarchy hierarchy = Hierarchy::untried;
   long fake_node_local = 0;
