@@ -1060,6 +1060,34 @@ TEST_CASE("POLYCOLL_MPI_SHM=0 on one rank keeps every rank off the windows", "[m
   CHECK(v[0] == static_cast<float>(w * w * (w + 1) / 2));
 }
 
+// An invalid value of the environment variable `var`, on every rank and then
+// on rank 0 only: the first all_reduce that would agree on it fails on every
+// rank, naming it and the rank that has it (no rank waits for another);
+// the next all_reduce gives the right sum, and `after` checks what served it.
+template <class After>
+void invalid_value_fails_everywhere(const char* var, const char* value, After&& after) {
+  int ri = 0, wi = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &ri);
+  MPI_Comm_size(MPI_COMM_WORLD, &wi);
+  for (const bool everywhere : {true, false}) {
+    if (everywhere || ri == 0) ::setenv(var, value, 1);
+    Mpi bad = world();
+    ::unsetenv(var);
+    if (wi < 2) continue;  // (one rank: polycoll's algorithms never run, nothing to agree on)
+    INFO(var << "=" << value << (everywhere ? " on every rank" : " on rank 0"));
+    std::vector<float> x(10, 1.0f);
+    auto st = bad.all_reduce(std::span(x), polycoll::sum);
+    REQUIRE_FALSE(st);
+    CHECK(st.error().code == Errc::invalid_argument);
+    const std::string named = everywhere || ri == 0 ? std::string(var) + "=\"" + value + "\""
+                                                    : std::string(var) + " on another rank";
+    CHECK_THAT(st.error().message, Catch::Matchers::Contains(named));
+    REQUIRE(bad.all_reduce(std::span(x), polycoll::sum));
+    CHECK(x[9] == static_cast<float>(wi));
+    after(bad);
+  }
+}
+
 // POLYCOLL_MPI_ALL_REDUCE forces the algorithm where it can serve the call
 // (docs/mpi.md, "Which algorithm serves a call"); last_all_reduce_algorithm()
 // says which one did. Results are checked against the exact sums every time,
@@ -1120,23 +1148,10 @@ TEST_CASE("POLYCOLL_MPI_ALL_REDUCE forces the all_reduce algorithm", "[mpi][algo
   REQUIRE(mixed.all_reduce(std::span(v), polycoll::sum));
   CHECK(mixed.last_all_reduce_algorithm() == expected("auto", 400));
   CHECK(v[99] == static_cast<float>(w));
-  // An unknown value, on every rank and then on one: the first all_reduce
-  // that would agree on it fails on every rank, naming it (no rank waits
-  // for another); the next ones run the usual choice.
-  for (const bool everywhere : {true, false}) {
-    if (everywhere || r == 0) ::setenv("POLYCOLL_MPI_ALL_REDUCE", "fastest", 1);
-    Mpi bad = world();
-    ::unsetenv("POLYCOLL_MPI_ALL_REDUCE");
-    if (w < 2) continue;  // (one rank: polycoll's algorithms never run, nothing to agree on)
-    std::vector<float> x(10, 1.0f);
-    auto st = bad.all_reduce(std::span(x), polycoll::sum);
-    REQUIRE_FALSE(st);
-    CHECK(st.error().code == Errc::invalid_argument);
-    CHECK_THAT(st.error().message, Catch::Matchers::Contains(everywhere || r == 0 ? "POLYCOLL_MPI_ALL_REDUCE=\"fastest\""
-                                                                                  : "POLYCOLL_MPI_ALL_REDUCE on another rank"));
-    REQUIRE(bad.all_reduce(std::span(x), polycoll::sum));
+  // An unknown value: the next calls run the usual choice.
+  invalid_value_fails_everywhere("POLYCOLL_MPI_ALL_REDUCE", "fastest", [&](const Mpi& bad) {
     CHECK(bad.last_all_reduce_algorithm() == expected("auto", 40));
-  }
+  });
 }
 
 // POLYCOLL_MPI_NODE_SIZE=k takes ranks k*i .. k*i+k-1 for one node (a test
@@ -1260,22 +1275,10 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical all_reduce", "[mpi][algorith
     REQUIRE_FALSE(st);
     CHECK(st.error().code == Errc::mismatch);
   }
-  // An invalid value, on every rank and then on one.
-  for (const bool everywhere : {true, false}) {
-    if (everywhere || r == 0) ::setenv("POLYCOLL_MPI_NODE_SIZE", "two", 1);
-    Mpi bad = world();
-    ::unsetenv("POLYCOLL_MPI_NODE_SIZE");
-    if (w < 2) continue;  // (one rank: polycoll's algorithms never run, nothing to agree on)
-    std::vector<float> x(10, 1.0f);
-    auto st = bad.all_reduce(std::span(x), polycoll::sum);
-    REQUIRE_FALSE(st);
-    CHECK(st.error().code == Errc::invalid_argument);
-    CHECK_THAT(st.error().message, Catch::Matchers::Contains(everywhere || r == 0 ? "POLYCOLL_MPI_NODE_SIZE=\"two\""
-                                                                                  : "POLYCOLL_MPI_NODE_SIZE on another rank"));
-    REQUIRE(bad.all_reduce(std::span(x), polycoll::sum));
+  // An invalid value: the real nodes serve the next calls.
+  invalid_value_fails_everywhere("POLYCOLL_MPI_NODE_SIZE", "two", [](const Mpi& bad) {
     CHECK(bad.last_all_reduce_algorithm() != "hierarchical");
-    CHECK(x[9] == static_cast<float>(w));
-  }
+  });
 }
 
 // With the check on, a first call that differs between ranks fails the
