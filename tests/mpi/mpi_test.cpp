@@ -1208,7 +1208,9 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical all_reduce", "[mpi][algorith
         if (serves) CHECK(comm.last_all_reduce_algorithm() == "hierarchical");
         // Sums whose bits depend on the order: every rank gets the same bits.
         std::vector<float> g(n);
-        for (std::size_t i = 0; i < n; ++i) g[i] = 0.1f * static_cast<float>(r + 1) + 1e-3f * static_cast<float>(i % 13);
+        for (std::size_t i = 0; i < n; ++i) {
+          g[i] = 0.1f * static_cast<float>(r + 1) + 1e-3f * static_cast<float>(i % 13);
+        }
         REQUIRE(comm.all_reduce(std::span(g), polycoll::sum));
         std::vector<std::uint32_t> mine(n), theirs(n);
         std::memcpy(mine.data(), g.data(), n * 4);
@@ -1271,7 +1273,8 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical all_reduce", "[mpi][algorith
     REQUIRE(comm.broadcast(std::span(b), 0));
     std::vector<float> v(4, 1.0f), all(w, 0.0f);
     const float one = 1.0f;
-    auto st = r + 1 == w ? comm.all_gather(std::span(&one, 1), std::span(all)) : comm.all_reduce(std::span(v), polycoll::sum);
+    auto st = r + 1 == w ? comm.all_gather(std::span(&one, 1), std::span(all))
+                         : comm.all_reduce(std::span(v), polycoll::sum);
     REQUIRE_FALSE(st);
     CHECK(st.error().code == Errc::mismatch);
   }

@@ -183,7 +183,8 @@ inline ForcedAllReduce forced_all_reduce_from_environment() noexcept {
 /// one node, whatever node they run on, so that the hierarchical path runs
 /// and is checked on one machine. Unset or empty: 0 (the real nodes); a
 /// decimal number from 1 to 2^30: that k; anything else: -1 (invalid: the
-/// first all_reduce that would agree on it fails on every rank, naming it).
+/// first collective that would agree on it, the one that makes polycoll's
+/// duplicate (BasicMpi::make_pair_comm), fails on every rank, naming it).
 inline long fake_node_size_from_environment() noexcept {
   const char* v = std::getenv("POLYCOLL_MPI_NODE_SIZE");
   if (v == nullptr || *v == '\0') return 0;
