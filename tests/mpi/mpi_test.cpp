@@ -1284,6 +1284,123 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical all_reduce", "[mpi][algorith
   });
 }
 
+// The hierarchical broadcast and reduce (POLYCOLL_MPI_NODE_SIZE, as above):
+// MPI among the ranks of the root's index on every node and each node's
+// window. Only that path holds a window after a first call above the node
+// window's limit (the flat node window takes none that large), which tells
+// it served. Checked from every root, at sizes that chunk and that do not,
+// in place and out of place at the root, with the non-roots' recv left
+// untouched, with the check on, and never for Options::reproducible.
+TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical broadcast and reduce", "[mpi][algorithms][hierarchical]") {
+  int ri = 0, wi = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &ri);
+  MPI_Comm_size(MPI_COMM_WORLD, &wi);
+  const std::size_t r = static_cast<std::size_t>(ri), w = static_cast<std::size_t>(wi);
+  const auto with_nodes = [](std::size_t k, const Options& o) {
+    ::setenv("POLYCOLL_MPI_NODE_SIZE", std::to_string(k).c_str(), 1);
+    Mpi comm = world(o);
+    ::unsetenv("POLYCOLL_MPI_NODE_SIZE");
+    return comm;
+  };
+  const std::size_t tri = w * (w + 1) / 2;
+  for (const std::size_t k : {std::size_t{1}, std::size_t{2}}) {
+    const bool serves = w % k == 0 && w / k >= 2;
+    const std::size_t above = detail::mpi::node_shm_to_bytes(k) / 4 + 1000;  // f32: two chunks
+    REQUIRE(above * 4 > detail::mpi::node_shm_to_bytes(w));
+    for (const bool checked : {false, true}) {
+      Options o;
+      o.check_consistency = checked;
+      for (const bool reduce_first : {false, true}) {
+        INFO("nodes of " << k << " at " << w << " ranks" << (checked ? ", checked" : "")
+                         << (reduce_first ? ", reduce first" : ", broadcast first"));
+        Mpi comm = with_nodes(k, o);
+        std::vector<float> v(above, -1.0f);
+        if (reduce_first) {
+          for (std::size_t i = 0; i < above; ++i) v[i] = static_cast<float>((r + 1) * (i % 7 + 1));
+          std::vector<float> out(above, -1.0f);
+          REQUIRE(comm.reduce(std::span<const float>(v), std::span(out), polycoll::sum, w - 1));
+          std::size_t bad = above;
+          for (std::size_t i = 0; i < above && bad == above; ++i) {
+            if (out[i] != (r + 1 == w ? static_cast<float>(tri * (i % 7 + 1)) : -1.0f)) bad = i;
+          }
+          CHECK(bad == above);
+        } else {
+          if (r + 1 == w) {
+            for (std::size_t i = 0; i < above; ++i) v[i] = static_cast<float>(i % 1009);
+          }
+          REQUIRE(comm.broadcast(std::span(v), w - 1));
+          std::size_t bad = above;
+          for (std::size_t i = 0; i < above && bad == above; ++i) {
+            if (v[i] != static_cast<float>(i % 1009)) bad = i;
+          }
+          CHECK(bad == above);
+        }
+        CHECK((comm.shared_window_bytes() > 0) == serves);
+        for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{1001}, above}) {
+          INFO("n=" << n);
+          for (std::size_t root = 0; root < w; ++root) {
+            INFO("root " << root);
+            std::vector<std::int64_t> b(n, -1);
+            if (r == root) {
+              for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::int64_t>(root * 1000003 + i);
+            }
+            REQUIRE(comm.broadcast(std::span(b), root));
+            CHECK(b[0] == static_cast<std::int64_t>(root * 1000003));
+            CHECK(b[n - 1] == static_cast<std::int64_t>(root * 1000003 + n - 1));
+            // Out of place: f32 sums of small integers (exact in any order),
+            // the non-roots' recv untouched.
+            std::vector<float> f(n), out(n, -1.0f);
+            for (std::size_t i = 0; i < n; ++i) f[i] = static_cast<float>((r + 1) * (i % 7 + 1));
+            REQUIRE(comm.reduce(std::span<const float>(f), std::span(out), polycoll::sum, root));
+            std::size_t bad = n;
+            for (std::size_t i = 0; i < n && bad == n; ++i) {
+              if (out[i] != (r == root ? static_cast<float>(tri * (i % 7 + 1)) : -1.0f)) bad = i;
+            }
+            CHECK(bad == n);
+            // In place at the root: i32 max, f64 avg, bf16 sum.
+            std::vector<std::int32_t> m(n, static_cast<std::int32_t>(r));
+            m[n / 2] = static_cast<std::int32_t>(100 + r);
+            REQUIRE(comm.reduce(std::span<const std::int32_t>(m), std::span(m), polycoll::max, root));
+            if (r == root) {
+              CHECK(m[n / 2] == static_cast<std::int32_t>(100 + w - 1));
+              CHECK(m[n - 1] == static_cast<std::int32_t>(n == 1 ? 100 + w - 1 : w - 1));
+            }
+            std::vector<double> a(n, static_cast<double>(r + 1));
+            REQUIRE(comm.reduce(std::span<const double>(a), std::span(a), polycoll::avg, root));
+            if (r == root) CHECK(a[n - 1] == static_cast<double>(w + 1) / 2);
+            std::vector<bf16> h(n, bf16(static_cast<float>(r + 1)));
+            REQUIRE(comm.reduce(std::span<const bf16>(h), std::span(h), polycoll::sum, root));
+            if (r == root) CHECK(static_cast<float>(h[n - 1]) == static_cast<float>(tri));
+          }
+        }
+      }
+    }
+    // Reproducible: a reduce in rank order, whatever the nodes.
+    Options ro;
+    ro.reproducible = true;
+    Mpi repro = with_nodes(k, ro);
+    std::vector<float> v(100, 0.1f * static_cast<float>(r + 1)), out(100, -1.0f);
+    REQUIRE(repro.reduce(std::span<const float>(v), std::span(out), polycoll::sum, 0));
+    float chain = 0.1f;
+    for (std::size_t j = 1; j < w; ++j) chain += 0.1f * static_cast<float>(j + 1);
+    if (r == 0) CHECK(out[99] == chain);
+  }
+  // With the check on, a call that differs is caught before the path runs.
+  if (w >= 2) {
+    Options o;
+    o.check_consistency = true;
+    Mpi comm = with_nodes(1, o);
+    std::vector<float> v(11, 1.0f);
+    REQUIRE(comm.broadcast(std::span(v.data(), 10), 0));  // the path decided
+    auto st = comm.broadcast(std::span(v.data(), r == 0 ? 10 : 11), 0);
+    REQUIRE_FALSE(st);
+    CHECK(st.error().code == Errc::mismatch);
+    st = r == 0 ? comm.broadcast(std::span(v), 0) : comm.reduce(std::span<const float>(v), std::span(v), polycoll::sum, 0);
+    REQUIRE_FALSE(st);
+    CHECK(st.error().code == Errc::mismatch);
+  }
+}
+
 // With the check on, a first call that differs between ranks fails the
 // check on every rank: polycoll's private duplicate (MPI_Comm_dup, made at
 // the first all_reduce or node-window collective that may use it) is made

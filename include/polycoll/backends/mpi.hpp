@@ -147,16 +147,17 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     static const Options none{};
     return state_ ? state_->options : none;
   }
-  /// Bytes of shared memory this rank holds for the all_reduce of a
+  /// Bytes of shared memory this rank holds for the collectives of a
   /// communicator whose ranks all run on one node (backends/mpi/shm.hpp at 2
   /// ranks: up to 2x the largest message of at most 4 MiB so far;
   /// backends/mpi/node_shm.hpp at 3 or more: up to 2x the largest message of
-  /// at most node_shm_to_bytes and a slice; freed with the communicator); 0
-  /// when it has none.
+  /// at most node_shm_to_bytes and a slice) or for the hierarchical path's
+  /// window over its node (docs/mpi.md, "Across nodes"; the same bound, for
+  /// the node's size); freed with the communicator; 0 when it has none.
   [[nodiscard]] std::size_t shared_window_bytes() const noexcept {
     if (!state_) return 0;
     auto guard = lock();
-    return state_->shm.segment_bytes() + state_->node_shm.segment_bytes();
+    return state_->shm.segment_bytes() + state_->node_shm.segment_bytes() + state_->hier_shm.segment_bytes();
   }
   /// The algorithm that served this communicator's last all_reduce (docs/mpi.md,
   /// "Which algorithm serves a call"): "window" (2 ranks on a node), "node
@@ -758,6 +759,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // and whether they serve: two or more, all of one size, and the windows
   // allowed on every rank (one MPI_Allreduce). Real nodes of one rank each
   // do not: MPI's own all_reduce moves the same messages without the copies.
+  // Where they serve, every rank's place (hier_where) is all-gathered.
   Status decide_hierarchy(const detail::CallDesc& c) {
     auto& s = *state_;
     s.hierarchy = detail::mpi::CommState::Hierarchy::no;
@@ -770,17 +772,29 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     int local = 1, local_rank = 0;
     MPI_Comm_size(s.node_comm, &local);
     MPI_Comm_rank(s.node_comm, &local_rank);
-    int v[3] = {local, -local, detail::mpi::shm_allowed() ? 0 : 1};
+    // (Out of memory for the table on any rank: the path does not serve.)
+    bool table = true;
+    try {
+      s.hier_where.assign(2 * s.size, 0);
+    } catch (const std::bad_alloc&) {
+      table = false;
+    }
+    int v[3] = {local, -local, detail::mpi::shm_allowed() && table ? 0 : 1};
     rc = MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MAX, s.pair_comm);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (the nodes of the hierarchical all_reduce)");
     const bool one_size = v[0] == -v[1];
     const std::size_t nodes = s.size / static_cast<std::size_t>(local);
     if (!one_size || v[2] != 0 || nodes < 2 || (local < 2 && s.fake_node == 0)) {
       MPI_Comm_free(&s.node_comm);
+      s.hier_where = {};
       return {};
     }
     rc = MPI_Comm_split(s.pair_comm, local_rank, rank, &s.cross_comm);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_split (the node peers of the hierarchical all_reduce)");
+    int place[2] = {local_rank, 0};
+    MPI_Comm_rank(s.cross_comm, &place[1]);
+    rc = MPI_Allgather(place, 2, MPI_INT, s.hier_where.data(), 2, MPI_INT, s.pair_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allgather (the places of the hierarchical path's ranks)");
     s.node_rank = static_cast<std::size_t>(local_rank);
     s.node_size = static_cast<std::size_t>(local);
     s.hierarchy = detail::mpi::CommState::Hierarchy::yes;
@@ -798,22 +812,9 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                                  void* buf, std::size_t count, MPI_Op op, bool& done) {
     auto& s = *state_;
     using Hierarchy = detail::mpi::CommState::Hierarchy;
-    if (s.hierarchy == Hierarchy::broken) [[unlikely]] {
-      return tl::unexpected(this->error(Errc::backend_failure, c,
-                                        "an earlier hierarchical all_reduce failed in MPI between its phases; the "
-                                        "node window it left cannot be used again"));
-    }
     const std::size_t per = std::max<std::size_t>(1, detail::mpi::node_shm_to_bytes(s.node_size) / r.size);
-    if (!s.hier_shm.fits(std::min(per, count), r.size)) {
-      const int made = s.hier_shm.ensure(s.node_comm, s.node_rank, s.node_size, std::min(per, count), r.size);
-      int ok = made == MPI_SUCCESS && s.hier_shm.ready() ? 1 : 0;
-      const int rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s.pair_comm);
-      if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (the hierarchical all_reduce's windows)");
-      if (ok == 0) {
-        s.hierarchy = Hierarchy::no;
-        return {};
-      }
-    }
+    bool ready = false;
+    if (auto st = hierarchical_window(c, std::min(per, count), r.size, false, ready); !st || !ready) return st;
     const auto* from = static_cast<const std::byte*>(send ? send : buf);
     auto* to = static_cast<std::byte*>(buf);
     for (std::size_t at = 0; at < count; at += per) {
@@ -825,6 +826,107 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         return mpi_error(c, rc, "MPI_Allreduce (the hierarchical all_reduce, across nodes)");
       }
     }
+    done = true;
+    return {};
+  }
+
+  // The hierarchical path's node window (and, with `scratch`, hier_scratch),
+  // ready for `m` elements of `es` bytes. When either must grow, every rank
+  // grows it in the same call (their states change together) and learns
+  // with one MPI_Allreduce whether every node could: `ready` false when some
+  // could not, and the path is off from then on (hierarchy no). Fails when
+  // an earlier call broke the path (hierarchy broken).
+  Status hierarchical_window(const detail::CallDesc& c, std::size_t m, std::size_t es, bool scratch, bool& ready) {
+    auto& s = *state_;
+    using Hierarchy = detail::mpi::CommState::Hierarchy;
+    ready = false;
+    if (s.hierarchy == Hierarchy::broken) [[unlikely]] {
+      return tl::unexpected(this->error(Errc::backend_failure, c,
+                                        "an earlier hierarchical call failed in MPI between its phases; the node "
+                                        "window it left cannot be used again"));
+    }
+    const bool fits = s.hier_shm.fits(m, es);
+    if (fits && (!scratch || s.hier_scratch.size() >= m * es)) {
+      ready = true;
+      return {};
+    }
+    int ok = 1;
+    if (!fits) {
+      const int made = s.hier_shm.ensure(s.node_comm, s.node_rank, s.node_size, m, es);
+      ok = made == MPI_SUCCESS && s.hier_shm.ready() ? 1 : 0;
+    }
+    if (scratch && s.hier_scratch.size() < m * es) {
+      try {
+        s.hier_scratch.resize(m * es);
+      } catch (const std::bad_alloc&) {
+        ok = 0;
+      }
+    }
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s.pair_comm);
+    if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce (the hierarchical path's windows)");
+    if (ok == 0) s.hierarchy = Hierarchy::no;
+    ready = ok != 0;
+    return {};
+  }
+
+  // The hierarchical broadcast (docs/mpi.md, "Across nodes") of `bytes` at
+  // `buf` from `root`, in chunks the node window holds: each chunk goes by
+  // MPI_Bcast among the ranks of the root's index on every node, then
+  // through each node's window from that rank. `done`: as in
+  // hierarchical_all_reduce. A failed MPI_Bcast breaks the path (the
+  // window's counters carry the failure: NodeShm::broadcast_across).
+  Status hierarchical_broadcast(const detail::CallDesc& c, void* buf, std::size_t bytes, std::size_t root,
+                                bool& done) {
+    auto& s = *state_;
+    const std::size_t per = detail::mpi::node_shm_to_bytes(s.node_size);
+    bool ready = false;
+    if (auto st = hierarchical_window(c, std::min(per, bytes), 1, false, ready); !st || !ready) return st;
+    const auto local_root = static_cast<std::size_t>(s.hier_where[2 * root]);
+    const int cross_root = s.hier_where[2 * root + 1];
+    auto* at = static_cast<std::byte*>(buf);
+    for (std::size_t off = 0; off < bytes; off += per) {
+      const int rc = s.hier_shm.broadcast_across(at + off, std::min(per, bytes - off), local_root, cross_root,
+                                                 s.cross_comm);
+      if (rc != MPI_SUCCESS) [[unlikely]] {
+        s.hierarchy = detail::mpi::CommState::Hierarchy::broken;
+        return mpi_error(c, rc, "MPI_Bcast (the hierarchical broadcast, across nodes)");
+      }
+    }
+    done = true;
+    return {};
+  }
+
+  // The hierarchical reduce (docs/mpi.md, "Across nodes") of `count`
+  // elements from `send` into the root's `recv`, in chunks the node window
+  // holds: each chunk is reduced through each node's window (in rank order)
+  // to the rank of the root's index there, into hier_scratch, and those
+  // ranks MPI_Reduce (`op`; Avg: Sum's, the root divides) the node results
+  // to the root. A failed MPI_Reduce leaves the window as it was: the rank
+  // that saw it goes on through the window's remaining chunks (its node's
+  // ranks wait for it there) without MPI, then returns the error. `done`: as
+  // in hierarchical_all_reduce.
+  Status hierarchical_reduce(const detail::mpi::Reduction& r, const detail::CallDesc& c, const void* send,
+                             void* recv, std::size_t count, std::size_t root, MPI_Op op, bool& done) {
+    auto& s = *state_;
+    const std::size_t per = std::max<std::size_t>(1, detail::mpi::node_shm_to_bytes(s.node_size) / r.size);
+    bool ready = false;
+    if (auto st = hierarchical_window(c, std::min(per, count), r.size, true, ready); !st || !ready) return st;
+    const auto local_root = static_cast<std::size_t>(s.hier_where[2 * root]);
+    const int cross_root = s.hier_where[2 * root + 1];
+    const bool at_root = s.rank == root;
+    const auto* from = static_cast<const std::byte*>(send);
+    auto* to = static_cast<std::byte*>(recv);
+    int rc = MPI_SUCCESS;
+    for (std::size_t at = 0; at < count; at += per) {
+      const std::size_t m = std::min(per, count - at);
+      s.hier_shm.reduce(r.body, r.size, from + at * r.size, s.hier_scratch.data(), m, local_root);
+      if (s.node_rank == local_root && rc == MPI_SUCCESS) {
+        rc = MPI_Reduce(s.hier_scratch.data(), at_root ? to + at * r.size : nullptr, static_cast<int>(m),
+                        r.datatype(), op, cross_root, s.cross_comm);
+      }
+    }
+    if (rc != MPI_SUCCESS) [[unlikely]] return mpi_error(c, rc, "MPI_Reduce (the hierarchical reduce, across nodes)");
+    if (at_root && r.avg()) r.divide(recv, count, s.size);
     done = true;
     return {};
   }
@@ -1019,15 +1121,17 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     return collective(c, dt, blocking_fn, nonblocking_fn, std::forward<F>(call), finish, 0, nullptr);
   }
   // The same, for a collective the node window may serve: `window_bytes` of
-  // each rank's buffer set (0: never), `window(fp)` the window's call
+  // each rank's buffer set (0: never), `window(fp)` the window's call, and
+  // `across(done)` the hierarchical path's, where it has one
   // (through_node_window).
-  template <class F, class W>
+  template <class F, class W, class A = std::nullptr_t>
   Status collective(const detail::CallDesc& c, MPI_Datatype dt, const char* blocking_fn, const char* nonblocking_fn,
-                    F&& call, const detail::mpi::Finish& finish, std::size_t window_bytes, W&& window) {
+                    F&& call, const detail::mpi::Finish& finish, std::size_t window_bytes, W&& window,
+                    A&& across = nullptr) {
     const auto dl = deadline();
     auto guard = lock();
     if constexpr (!std::is_same_v<std::decay_t<W>, std::nullptr_t>) {
-      if (auto s = through_node_window(c, dl, window_bytes, window)) return std::move(*s);
+      if (auto s = through_node_window(c, dl, window_bytes, window, across)) return std::move(*s);
     } else {
       if (auto s = preflight(c, dl); !s) return s;
     }
@@ -1050,25 +1154,45 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // (served, or failed), nullopt when the caller goes on through MPI (the
   // check done). Every rank decides alike: the conditions are the call's,
   // and the window's state changes only in calls all ranks make together.
-  template <class Run>
+  // With `across` (broadcast and reduce), the hierarchical path comes first
+  // where it serves (decided when pair_comm is made, which a blocking call
+  // without op_timeout does at 2 or more ranks; docs/mpi.md, "Across
+  // nodes"): `across(done)` runs the call, `done` false when it could not
+  // (the caller goes on as if it had never served). No check rides a call
+  // it may take.
+  template <class Run, class Across = std::nullptr_t>
   std::optional<Status> through_node_window(const detail::CallDesc& c,
                                             const std::optional<detail::Clock::time_point>& dl, std::size_t bytes,
-                                            Run&& run) {
+                                            Run&& run, Across&& across = nullptr) {
+    constexpr bool crosses = !std::is_same_v<std::decay_t<Across>, std::nullptr_t>;
+    using Hierarchy = detail::mpi::CommState::Hierarchy;
+    const auto hierarchical = [this] {
+      return state_->hierarchy == Hierarchy::yes || state_->hierarchy == Hierarchy::broken;
+    };
+    const bool may_cross = crosses && !nonblocking && !dl && state_->size >= 2 && bytes != 0 &&
+                           (state_->pair_comm == MPI_COMM_NULL || hierarchical());
     const bool eligible = !nonblocking && !dl && state_->size >= 3 && bytes != 0 &&
                           bytes <= detail::mpi::node_shm_to_bytes(state_->size) && !state_->node_shm.refused();
     std::optional<detail::CallDesc> rides;
-    if (eligible && state_->check && window_checks(dl) && state_->node_shm.fits(bytes, 1)) {
+    if (eligible && !may_cross && state_->check && window_checks(dl) && state_->node_shm.fits(bytes, 1)) {
       entering(c);
       if (auto s = room(c); !s) return s;
       rides = checked(c);
     } else if (auto s = preflight(c, dl); !s) {
       return s;
     }
-    if (!eligible) return std::nullopt;
+    if (!eligible && !may_cross) return std::nullopt;
     // (After the check, as in all_reduce_into.)
     if (state_->pair_comm == MPI_COMM_NULL) {
       if (auto s = make_pair_comm(c); !s) return s;
     }
+    if constexpr (crosses) {
+      if (may_cross && hierarchical()) {
+        bool done = false;
+        if (Status s = across(done); !s || done) return s;
+      }
+    }
+    if (!eligible) return std::nullopt;
     const int rc = state_->node_shm.ensure(state_->pair_comm, state_->rank, state_->size, bytes, 1);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (node window)");
     if (!state_->node_shm.ready()) return std::nullopt;
@@ -1889,7 +2013,8 @@ Status BasicMpi<Policies>::broadcast_impl(dtype_tag<D>, T* buf, std::size_t coun
         return req ? MPI_Ibcast(buf, n, dt, r, state_->comm, req) : MPI_Bcast(buf, n, dt, r, state_->comm);
       },
       {}, count * sizeof(T),
-      [&](const detail::PackedFingerprint* fp) { return state_->node_shm.broadcast(buf, count * sizeof(T), root, fp); });
+      [&](const detail::PackedFingerprint* fp) { return state_->node_shm.broadcast(buf, count * sizeof(T), root, fp); },
+      [&](bool& done) { return hierarchical_broadcast(c, buf, count * sizeof(T), root, done); });
 }
 
 template <class Policies>
@@ -1966,7 +2091,9 @@ Status BasicMpi<Policies>::reduce_into(const detail::mpi::Reduction& r, const vo
       return MPI_Reduce(copy.data(), recv, n, dt, op, rt, state_->comm);
     }
     return MPI_Reduce(sbuf, recv, n, dt, op, rt, state_->comm);
-  }, f, window_bytes, window);
+  }, f, window_bytes, window, [&](bool& done) {
+    return hierarchical_reduce(r, c, send, recv, count, root, op, done);
+  });
 }
 
 template <class Policies>

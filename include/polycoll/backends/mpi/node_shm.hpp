@@ -199,6 +199,30 @@ class NodeShm : public ShmWindow {
     return true;
   }
 
+  /// The node's part of the hierarchical broadcast (docs/mpi.md, "Across
+  /// nodes"): `bytes` (> 0, within ensure()'s size, at most INT_MAX) at `buf`
+  /// from this node's rank `root`, which first receives them by MPI_Bcast
+  /// from rank `cross_root` of `cross` (the ranks of its index on every
+  /// node), then broadcast's copy through the window. Returns an MPI error
+  /// code. A failed MPI_Bcast is published with the arrival, so the node's
+  /// other ranks do not wait forever: they return MPI_ERR_OTHER with `buf`
+  /// untouched, and the window must not be used again (its counters carry
+  /// the failure bit from then on).
+  int broadcast_across(void* buf, std::size_t bytes, std::size_t root, int cross_root, MPI_Comm cross) noexcept {
+    const std::uint64_t q = ++seq_;
+    int rc = MPI_SUCCESS;
+    if (rank_ == root) {
+      rc = MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, cross_root, cross);
+      if (rc == MPI_SUCCESS) std::memcpy(operand(rank_, q), buf, bytes);
+    }
+    control(seg_[rank_]).posted.store(rc == MPI_SUCCESS ? q : q | failed_bit, std::memory_order_release);
+    for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
+    if (rank_ == root) return rc;
+    if ((control(seg_[root]).posted.load(std::memory_order_acquire) & failed_bit) != 0) return MPI_ERR_OTHER;
+    std::memcpy(buf, operand(root, q), bytes);
+    return MPI_SUCCESS;
+  }
+
   /// All-gather of `block` (> 0, within ensure()'s size) bytes per rank:
   /// `send` (this rank's block; may be exactly recv + rank * block) into
   /// `recv`, rank j's block at recv + j * block. With `fp`: as broadcast.

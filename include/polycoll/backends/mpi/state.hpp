@@ -87,7 +87,13 @@ struct CommState {
   // value every rank agreed on when pair_comm was made (0 unless all said
   // the same). `broken`: an MPI_Allreduce between the phases failed on this
   // node (the window's counters carry the failure bit): every later
-  // all_reduce on this rank fails.
+  // all_reduce on this rank fails. The hierarchical broadcast and reduce
+  // take the same path (and fail likewise once it is broken): hier_where
+  // holds, for every rank of the communicator, its index on its node and
+  // its rank in the cross_comm of that index (2 ints per rank), so that a
+  // rooted call finds the root's node peers; hier_scratch holds a node's
+  // partial result on its way to the root, grown with the window, never
+  // shrunk.
   enum class Hierarchy : std::uint8_t { untried, no, yes, broken };
   Hierarchy hierarchy = Hierarchy::untried;
   long fake_node_local = 0;
@@ -98,6 +104,8 @@ struct CommState {
   std::size_t node_rank = 0;
   std::size_t node_size = 1;
   NodeShm hier_shm;
+  std::vector<int> hier_where;
+  std::vector<std::byte> hier_scratch;
   // With op_timeout: what each rank on this node entered last, for the
   // timeout's message (backends/mpi/board.hpp), and this rank's collectives
   // so far (the number it publishes there).
