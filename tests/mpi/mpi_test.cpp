@@ -905,19 +905,19 @@ TEST_CASE("node shared-memory all_reduce: rank-order bits at every size and worl
   run(BasicMpi<Policies<blocking, kernel_ops>>::world());
 }
 
-// At 3 or more ranks on one node, broadcast, all_gather, reduce_scatter and
-// reduce go through the node window too (backends/mpi/node_shm.hpp) up to
+// At 2 or more ranks on one node, broadcast, all_gather, reduce_scatter and
+// reduce go through the node window (backends/mpi/node_shm.hpp) up to
 // node_shm_to_bytes(p) in each rank's buffer set: every root, in place and
 // out of place, sizes on both sides of the limit, reduce_scatter's blocks
 // with the rank-order fold's bits. A communicator that makes only these
-// calls has a window afterwards. Above the limit, and at 1 or 2 ranks, MPI
+// calls has a window afterwards. Above the limit, and at 1 rank, MPI
 // serves them: the same values (reductions in MPI's order are compared only
 // where exact).
 TEST_CASE("node window: broadcast, all_gather, reduce_scatter and reduce at every size and root", "[mpi][shm][node]") {
   auto run = [](auto comm) {
     REQUIRE(comm);
     const std::size_t w = comm->world_size(), r = comm->rank();
-    const bool node = w >= 3 && one_node();
+    const bool node = w >= 2 && one_node();
     const std::size_t cap = detail::mpi::node_shm_to_bytes(w);
     namespace rp = test::reproducible;
     std::string bad;
@@ -932,6 +932,7 @@ TEST_CASE("node window: broadcast, all_gather, reduce_scatter and reduce at ever
       for (std::size_t root = 0; root < w; ++root) {
         std::vector<float> b = rp::inputs<float>(r, n, salt + root);
         REQUIRE(comm->broadcast(std::span(b), root));
+        if (w >= 2) CHECK(comm->last_algorithm() == (node && n * 4 <= cap ? "node window" : "mpi"));
         keep(rp::compare<float>("broadcast", std::span<const float>(b), rp::inputs<float>(root, n, salt + root), 0,
                                 r, w));
       }
@@ -1302,9 +1303,22 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical broadcast and reduce", "[mpi
     ::unsetenv("POLYCOLL_MPI_NODE_SIZE");
     return comm;
   };
+  // The first element of `v` that is not want(i), or v.size().
+  const auto first_bad = [](const auto& v, auto&& want) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != want(i)) return i;
+    }
+    return v.size();
+  };
   const std::size_t tri = w * (w + 1) / 2;
+  const bool node = w >= 2 && one_node();
   for (const std::size_t k : {std::size_t{1}, std::size_t{2}}) {
     const bool serves = w % k == 0 && w / k >= 2;
+    // The algorithm that serves a call of `bytes` per rank.
+    const auto path = [&](std::size_t bytes) -> std::string_view {
+      if (serves) return "hierarchical";
+      return node && bytes <= detail::mpi::node_shm_to_bytes(w) ? "node window" : "mpi";
+    };
     const std::size_t above = detail::mpi::node_shm_to_bytes(k) / 4 + 1000;  // f32: two chunks
     REQUIRE(above * 4 > detail::mpi::node_shm_to_bytes(w));
     for (const bool checked : {false, true}) {
@@ -1319,22 +1333,17 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical broadcast and reduce", "[mpi
           for (std::size_t i = 0; i < above; ++i) v[i] = static_cast<float>((r + 1) * (i % 7 + 1));
           std::vector<float> out(above, -1.0f);
           REQUIRE(comm.reduce(std::span<const float>(v), std::span(out), polycoll::sum, w - 1));
-          std::size_t bad = above;
-          for (std::size_t i = 0; i < above && bad == above; ++i) {
-            if (out[i] != (r + 1 == w ? static_cast<float>(tri * (i % 7 + 1)) : -1.0f)) bad = i;
-          }
-          CHECK(bad == above);
+          CHECK(first_bad(out, [&](std::size_t i) {
+                  return r + 1 == w ? static_cast<float>(tri * (i % 7 + 1)) : -1.0f;
+                }) == above);
         } else {
           if (r + 1 == w) {
             for (std::size_t i = 0; i < above; ++i) v[i] = static_cast<float>(i % 1009);
           }
           REQUIRE(comm.broadcast(std::span(v), w - 1));
-          std::size_t bad = above;
-          for (std::size_t i = 0; i < above && bad == above; ++i) {
-            if (v[i] != static_cast<float>(i % 1009)) bad = i;
-          }
-          CHECK(bad == above);
+          CHECK(first_bad(v, [](std::size_t i) { return static_cast<float>(i % 1009); }) == above);
         }
+        if (w >= 2) CHECK(comm.last_algorithm() == path(above * 4));
         CHECK((comm.shared_window_bytes() > 0) == serves);
         for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{1001}, above}) {
           INFO("n=" << n);
@@ -1345,32 +1354,35 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical broadcast and reduce", "[mpi
               for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::int64_t>(root * 1000003 + i);
             }
             REQUIRE(comm.broadcast(std::span(b), root));
-            CHECK(b[0] == static_cast<std::int64_t>(root * 1000003));
-            CHECK(b[n - 1] == static_cast<std::int64_t>(root * 1000003 + n - 1));
+            if (w >= 2) CHECK(comm.last_algorithm() == path(n * 8));
+            CHECK(first_bad(b, [&](std::size_t i) { return static_cast<std::int64_t>(root * 1000003 + i); }) == n);
             // Out of place: f32 sums of small integers (exact in any order),
             // the non-roots' recv untouched.
             std::vector<float> f(n), out(n, -1.0f);
             for (std::size_t i = 0; i < n; ++i) f[i] = static_cast<float>((r + 1) * (i % 7 + 1));
             REQUIRE(comm.reduce(std::span<const float>(f), std::span(out), polycoll::sum, root));
-            std::size_t bad = n;
-            for (std::size_t i = 0; i < n && bad == n; ++i) {
-              if (out[i] != (r == root ? static_cast<float>(tri * (i % 7 + 1)) : -1.0f)) bad = i;
-            }
-            CHECK(bad == n);
+            if (w >= 2) CHECK(comm.last_algorithm() == path(n * 4));
+            CHECK(first_bad(out, [&](std::size_t i) {
+                    return r == root ? static_cast<float>(tri * (i % 7 + 1)) : -1.0f;
+                  }) == n);
             // In place at the root: i32 max, f64 avg, bf16 sum.
             std::vector<std::int32_t> m(n, static_cast<std::int32_t>(r));
             m[n / 2] = static_cast<std::int32_t>(100 + r);
             REQUIRE(comm.reduce(std::span<const std::int32_t>(m), std::span(m), polycoll::max, root));
             if (r == root) {
-              CHECK(m[n / 2] == static_cast<std::int32_t>(100 + w - 1));
-              CHECK(m[n - 1] == static_cast<std::int32_t>(n == 1 ? 100 + w - 1 : w - 1));
+              CHECK(first_bad(m, [&](std::size_t i) {
+                      return static_cast<std::int32_t>(i == n / 2 ? 100 + w - 1 : w - 1);
+                    }) == n);
             }
             std::vector<double> a(n, static_cast<double>(r + 1));
             REQUIRE(comm.reduce(std::span<const double>(a), std::span(a), polycoll::avg, root));
-            if (r == root) CHECK(a[n - 1] == static_cast<double>(w + 1) / 2);
+            if (r == root) CHECK(first_bad(a, [&](std::size_t) { return static_cast<double>(w + 1) / 2; }) == n);
             std::vector<bf16> h(n, bf16(static_cast<float>(r + 1)));
             REQUIRE(comm.reduce(std::span<const bf16>(h), std::span(h), polycoll::sum, root));
-            if (r == root) CHECK(static_cast<float>(h[n - 1]) == static_cast<float>(tri));
+            if (w >= 2) CHECK(comm.last_algorithm() == path(n * 2));
+            if (r == root) {
+              CHECK(first_bad(h, [&](std::size_t) { return bf16(static_cast<float>(tri)); }) == n);
+            }
           }
         }
       }
@@ -1381,6 +1393,7 @@ TEST_CASE("POLYCOLL_MPI_NODE_SIZE: the hierarchical broadcast and reduce", "[mpi
     Mpi repro = with_nodes(k, ro);
     std::vector<float> v(100, 0.1f * static_cast<float>(r + 1)), out(100, -1.0f);
     REQUIRE(repro.reduce(std::span<const float>(v), std::span(out), polycoll::sum, 0));
+    if (w >= 3) CHECK(repro.last_algorithm() != "hierarchical");
     float chain = 0.1f;
     for (std::size_t j = 1; j < w; ++j) chain += 0.1f * static_cast<float>(j + 1);
     if (r == 0) CHECK(out[99] == chain);
@@ -1479,8 +1492,7 @@ TEST_CASE("shared-memory window: teardown with a late rank is bounded", "[mpi][s
   }
   REQUIRE(g_log.size() == 1);
   INFO(g_log[0]);
-  CHECK(contains(g_log[0], w == 2 ? "did not meet within drop_timeout (150 ms) to free the shared-memory window"
-                                  : "did not all meet within drop_timeout (150 ms) to free the shared-memory window"));
+  CHECK(contains(g_log[0], "did not all meet within drop_timeout (150 ms) to free the shared-memory window"));
   MPI_Barrier(MPI_COMM_WORLD);
   // Both ranks destroying together free the window, quickly and silently.
   g_log.clear();

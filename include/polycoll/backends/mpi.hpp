@@ -148,10 +148,11 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     return state_ ? state_->options : none;
   }
   /// Bytes of shared memory this rank holds for the collectives of a
-  /// communicator whose ranks all run on one node (backends/mpi/shm.hpp at 2
-  /// ranks: up to 2x the largest message of at most 4 MiB so far;
-  /// backends/mpi/node_shm.hpp at 3 or more: up to 2x the largest message of
-  /// at most node_shm_to_bytes and a slice) or for the hierarchical path's
+  /// communicator whose ranks all run on one node (backends/mpi/shm.hpp, the
+  /// all_reduce at 2 ranks: up to 2x the largest message of at most 4 MiB so
+  /// far; backends/mpi/node_shm.hpp, every collective it serves at 3 or more
+  /// ranks and all but all_reduce at 2: up to 2x the largest message of at
+  /// most node_shm_to_bytes and a slice) or for the hierarchical path's
   /// window over its node (docs/mpi.md, "Across nodes"; the same bound, for
   /// the node's size); freed with the communicator; 0 when it has none.
   [[nodiscard]] std::size_t shared_window_bytes() const noexcept {
@@ -168,6 +169,17 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if (!state_) return "none";
     auto guard = lock();
     return state_->last_all_reduce;
+  }
+  /// The algorithm that served this communicator's last all_reduce,
+  /// broadcast, reduce, all_gather or reduce_scatter (docs/mpi.md, "Which
+  /// algorithm serves a call"): an all_reduce's as above; for the others
+  /// "hierarchical" (across nodes), "node window", "rank order"
+  /// (Options::reproducible) or "mpi"; "none" before the first (or when it
+  /// failed before choosing one).
+  [[nodiscard]] std::string_view last_algorithm() const noexcept {
+    if (!state_) return "none";
+    auto guard = lock();
+    return state_->last_algorithm;
   }
   /// Operations posted and not yet completed by sync().
   [[nodiscard]] std::size_t pending() const noexcept {
@@ -448,7 +460,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // instead of a hang or corrupted data. Lock held. Where the fingerprints
   // travel:
   // - the shared-memory window of a communicator whose ranks all run on one
-  //   node (2 ranks: PairShm; 3 or more: NodeShm), once it exists (the
+  //   node (2 ranks: PairShm, whose line also checks the calls NodeShm serves
+  //   there; 3 or more: NodeShm), once it exists (the
   //   first window all_reduce makes it), blocking and without op_timeout: a
   //   window all_reduce carries the packed fingerprint in the line that
   //   announces its operand (all_reduce_into), every other collective sends
@@ -543,7 +556,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     const int n = static_cast<int>(count);
     const auto dl = deadline();
     auto guard = lock();
-    state_->last_all_reduce = "none";
+    state_->last_all_reduce = state_->last_algorithm = "none";
     // With the check on, a call that the window will carry as it is (no
     // growth) sends its fingerprint with its operand (check() above).
     std::optional<detail::CallDesc> rides;
@@ -606,14 +619,14 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                     bytes <= detail::mpi::node_shm_to_bytes(state_->size) && !state_->node_shm.refused();
     }
     if (ordered(r) && !node_window) {
-      state_->last_all_reduce = "rank order";
+      state_->last_all_reduce = state_->last_algorithm = "rank order";
       return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
     }
     if (nonblocking || dl) {
       MPI_Request req = MPI_REQUEST_NULL;
       rc = MPI_Iallreduce(send ? send : MPI_IN_PLACE, buf, n, dt(), op, state_->comm, &req);
       if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Iallreduce");
-      state_->last_all_reduce = "mpi";
+      state_->last_all_reduce = state_->last_algorithm = "mpi";
       detail::mpi::Finish f;
       if (r.avg()) f = {r.divide_finish, buf, nullptr, count, state_->size};
       return posted(req, c, dt(), f, "MPI_Iallreduce", dl);
@@ -623,7 +636,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
         if (auto s = hierarchical_all_reduce(r, c, send, buf, count, op, done); !s) return s;
         if (done) {
           send = nullptr;
-          state_->last_all_reduce = "hierarchical";
+          state_->last_all_reduce = state_->last_algorithm = "hierarchical";
         }
       } else if (pair) {
         const bool small = !force_mpi && !force_halving && fits_exchange;
@@ -657,18 +670,18 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             }
             send = nullptr;
             done = true;
-            state_->last_all_reduce = "window";
+            state_->last_all_reduce = state_->last_algorithm = "window";
           } else if (small) {
             rc = detail::mpi::exchange_allreduce_2(r.body, r.size, dt(), buf, count, state_->rank, state_->pair_comm);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (2-rank exchange all_reduce)");
             done = true;
-            state_->last_all_reduce = "exchange";
+            state_->last_all_reduce = state_->last_algorithm = "exchange";
           } else if (large) {
             rc = detail::mpi::halving_allreduce_2(r.body, r.size, dt(), buf, count, state_->rank, state_->pair_comm,
                                                   state_->halving_scratch);
             if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Sendrecv (halving all_reduce)");
             done = true;
-            state_->last_all_reduce = "halving";
+            state_->last_all_reduce = state_->last_algorithm = "halving";
           }
         } else if (node_window) {
           // Every rank on one node: the p-rank window (backends/mpi/node_shm.hpp).
@@ -689,19 +702,19 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
             }
             send = nullptr;
             done = true;
-            state_->last_all_reduce = "node window";
+            state_->last_all_reduce = state_->last_algorithm = "node window";
           }
         }
       }
       // The node window was refused just now: the rank-order path after all.
       if (!done && ordered(r)) {
-        state_->last_all_reduce = "rank order";
+        state_->last_all_reduce = state_->last_algorithm = "rank order";
         return ordered_reduce(r, c, send ? send : buf, buf, count, true, 0, dl);
       }
       if (!done) {
         rc = MPI_Allreduce(send ? send : MPI_IN_PLACE, buf, n, dt(), op, state_->comm);
         if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Allreduce");
-        state_->last_all_reduce = "mpi";
+        state_->last_all_reduce = state_->last_algorithm = "mpi";
       }
       if (r.avg()) r.divide(buf, count, state_->size);
     }
@@ -903,8 +916,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // ranks MPI_Reduce (`op`; Avg: Sum's, the root divides) the node results
   // to the root. A failed MPI_Reduce leaves the window as it was: the rank
   // that saw it goes on through the window's remaining chunks (its node's
-  // ranks wait for it there) without MPI, then returns the error. `done`: as
-  // in hierarchical_all_reduce.
+  // ranks wait for it there) without MPI, then returns the error, and the
+  // path fails on it from then on (its node peers elsewhere may be left in
+  // an MPI_Reduce: as after any failed MPI collective, the communicator is
+  // not usable). `done`: as in hierarchical_all_reduce.
   Status hierarchical_reduce(const detail::mpi::Reduction& r, const detail::CallDesc& c, const void* send,
                              void* recv, std::size_t count, std::size_t root, MPI_Op op, bool& done) {
     auto& s = *state_;
@@ -925,7 +940,10 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                         r.datatype(), op, cross_root, s.cross_comm);
       }
     }
-    if (rc != MPI_SUCCESS) [[unlikely]] return mpi_error(c, rc, "MPI_Reduce (the hierarchical reduce, across nodes)");
+    if (rc != MPI_SUCCESS) [[unlikely]] {
+      s.hierarchy = detail::mpi::CommState::Hierarchy::broken;
+      return mpi_error(c, rc, "MPI_Reduce (the hierarchical reduce, across nodes)");
+    }
     if (at_root && r.avg()) r.divide(recv, count, s.size);
     done = true;
     return {};
@@ -1145,10 +1163,13 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     return {};
   }
 
-  // A collective the node window may serve: 3 or more ranks all on one node,
+  // A collective the node window may serve: 2 or more ranks all on one node,
   // blocking, no op_timeout, 0 < `bytes` <= node_shm_to_bytes(p) in each
   // rank's buffer set. The consistency check first: riding the window's
-  // line when the window already holds `bytes`, else preflight(). Then
+  // line when the window already holds `bytes` (at 3 or more ranks: at 2
+  // the 2-rank window's line carries every call's check, so that an
+  // all_reduce there and a mismatched call here meet in one line), else
+  // preflight(). Then
   // `run(fp)` through the window (fp null without a riding check; false on
   // a mismatch). Lock held. Returns the call's Status when it is over
   // (served, or failed), nullopt when the caller goes on through MPI (the
@@ -1171,17 +1192,24 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     };
     const bool may_cross = crosses && !nonblocking && !dl && state_->size >= 2 && bytes != 0 &&
                            (state_->pair_comm == MPI_COMM_NULL || hierarchical());
-    const bool eligible = !nonblocking && !dl && state_->size >= 3 && bytes != 0 &&
+    const bool eligible = !nonblocking && !dl && state_->size >= 2 && bytes != 0 &&
                           bytes <= detail::mpi::node_shm_to_bytes(state_->size) && !state_->node_shm.refused();
+    // (The caller's own choice, when it goes on: "mpi" or, after it, "rank order".)
+    state_->last_algorithm = "none";
+    const auto elsewhere = [this]() -> std::optional<Status> {
+      state_->last_algorithm = "mpi";
+      return std::nullopt;
+    };
     std::optional<detail::CallDesc> rides;
-    if (eligible && !may_cross && state_->check && window_checks(dl) && state_->node_shm.fits(bytes, 1)) {
+    if (eligible && !may_cross && state_->size >= 3 && state_->check && window_checks(dl) &&
+        state_->node_shm.fits(bytes, 1)) {
       entering(c);
       if (auto s = room(c); !s) return s;
       rides = checked(c);
     } else if (auto s = preflight(c, dl); !s) {
       return s;
     }
-    if (!eligible && !may_cross) return std::nullopt;
+    if (!eligible && !may_cross) return elsewhere();
     // (After the check, as in all_reduce_into.)
     if (state_->pair_comm == MPI_COMM_NULL) {
       if (auto s = make_pair_comm(c); !s) return s;
@@ -1189,19 +1217,22 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if constexpr (crosses) {
       if (may_cross && hierarchical()) {
         bool done = false;
-        if (Status s = across(done); !s || done) return s;
+        Status s = across(done);
+        if (s && done) state_->last_algorithm = "hierarchical";
+        if (!s || done) return s;
       }
     }
-    if (!eligible) return std::nullopt;
+    if (!eligible) return elsewhere();
     const int rc = state_->node_shm.ensure(state_->pair_comm, state_->rank, state_->size, bytes, 1);
     if (rc != MPI_SUCCESS) return mpi_error(c, rc, "MPI_Comm_split_type/MPI_Win_allocate_shared (node window)");
-    if (!state_->node_shm.ready()) return std::nullopt;
+    if (!state_->node_shm.ready()) return elsewhere();
     if (rides) {
       const detail::PackedFingerprint fp = detail::pack_fingerprint(*rides);
       if (!run(&fp)) [[unlikely]] return mismatch_detail(*rides, dl, true);
     } else {
       run(static_cast<const detail::PackedFingerprint*>(nullptr));
     }
+    state_->last_algorithm = "node window";
     return Status{};
   }
 
@@ -1851,25 +1882,19 @@ void BasicMpi<Policies>::release() noexcept {
       // A board its node's ranks do not free together is left to
       // MPI_Finalize, silently: a rank that leaves later is no fault.
       (void)s.board.release(std::min(left(), detail::mpi::board_meet));
-      // At most one of the two all_reduce windows exists (2 ranks, or 3+).
-      const bool pair = s.size == 2;
-      if (!(pair ? s.shm.release(left()) : s.node_shm.release(left()))) {
+      // The 2-rank all_reduce window (2 ranks only), the node window (2 or
+      // more: at 2 it serves the collectives other than all_reduce), and the
+      // hierarchical path's window over the node's ranks.
+      const auto release = [&](detail::mpi::ShmWindow& win, const char* whose, const char* which) {
+        if (win.release(left())) return;
         log(LogLevel::warning,
-            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: ",
-                        pair ? "it and its peer" : "its ranks", " did not ", pair ? "" : "all ",
-                        "meet within drop_timeout (", s.options.drop_timeout.count(),
-                        " ms) to free the shared-memory window of the ", pair ? "2-rank" : "node's",
-                        " all_reduce together; the window is left to MPI_Finalize"));
-      }
-      // The hierarchical all_reduce's window: over the node's ranks.
-      if (!s.hier_shm.release(left())) {
-        log(LogLevel::warning,
-            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size,
-                        ") destroyed: its node's ranks did not all meet within drop_timeout (",
-                        s.options.drop_timeout.count(),
-                        " ms) to free the hierarchical all_reduce's window together; the window is left to "
-                        "MPI_Finalize"));
-      }
+            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: ", whose,
+                        " did not all meet within drop_timeout (", s.options.drop_timeout.count(),
+                        " ms) to free ", which, " together; the window is left to MPI_Finalize"));
+      };
+      release(s.shm, "its ranks", "the shared-memory window of the 2-rank all_reduce");
+      release(s.node_shm, "its ranks", "the shared-memory window of the node's collectives");
+      release(s.hier_shm, "its node's ranks", "the hierarchical path's window");
       if (s.cross_comm != MPI_COMM_NULL) MPI_Comm_free(&s.cross_comm);
       if (s.node_comm != MPI_COMM_NULL) MPI_Comm_free(&s.node_comm);
       if (s.pair_comm != MPI_COMM_NULL) MPI_Comm_free(&s.pair_comm);
@@ -1955,10 +1980,15 @@ Status BasicMpi<Policies>::reduce_scatter_into(const detail::mpi::Reduction& r, 
       if (*s && r.avg()) r.divide(recv, count, w);  // success: the window served it (count > 0)
       return std::move(*s);
     }
-  } else if (auto s = preflight(c, dl); !s) {
-    return s;
+  } else {
+    state_->last_algorithm = "none";
+    if (auto s = preflight(c, dl); !s) return s;
+    state_->last_algorithm = "mpi";
   }
-  if (ordered(r)) return ordered_reduce_scatter(r, c, send, recv, count, dl);
+  if (ordered(r)) {
+    state_->last_algorithm = "rank order";
+    return ordered_reduce_scatter(r, c, send, recv, count, dl);
+  }
   // The in-place form changes the rank's own block of send and nothing
   // else, as on every backend. MPI_IN_PLACE cannot do that: it leaves the
   // result in block 0, another rank's input on every rank but 0. So MPI
@@ -2064,6 +2094,7 @@ Status BasicMpi<Policies>::reduce_into(const detail::mpi::Reduction& r, const vo
     const auto dl = deadline();
     auto guard = lock();
     if (auto s = through_node_window(c, dl, window_bytes, window)) return std::move(*s);
+    state_->last_algorithm = "rank order";
     return ordered_reduce(r, c, send, recv, count, false, root, dl);
   }
   int rc = MPI_SUCCESS;

@@ -1,9 +1,11 @@
 #pragma once
 /// @file backends/mpi/node_shm.hpp
 /// The Mpi backend's all_reduce, broadcast, all_gather, reduce_scatter and
-/// reduce through an MPI-3 shared-memory window over p >= 3 ranks on one
-/// node (internal to backends/mpi.hpp; shm.hpp is the 2-rank window, whose
-/// algorithms split the work between exactly two ranks). The all_reduce's
+/// reduce through an MPI-3 shared-memory window over p >= 2 ranks on one
+/// node (internal to backends/mpi.hpp; at 2 ranks it serves all but the
+/// all_reduce, which shm.hpp's 2-rank window serves with algorithms that
+/// split the work between exactly two ranks; the hierarchical path also
+/// makes one per node, of any size). The all_reduce's
 /// algorithms are described here; reduce takes the all_reduce's fold without
 /// the all-gather, and the other three are one phase each (see their members). When every rank of the communicator runs on one node
 /// (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) keeps them all together), each
@@ -81,15 +83,15 @@ constexpr std::size_t node_shm_to_bytes(std::size_t p) noexcept {
   return std::min<std::size_t>(std::size_t{1} << 20, budget / (p == 0 ? 1 : p));
 }
 
-/// The window of one communicator of p >= 3 ranks on one node (ShmWindow,
-/// shm.hpp: its life, growth and teardown), with the three algorithms of the
-/// file comment.
+/// The window of one communicator of p >= 2 ranks on one node, or of one
+/// node of the hierarchical path (ShmWindow, shm.hpp: its life, growth and
+/// teardown), with the three algorithms of the file comment.
 class NodeShm : public ShmWindow {
  public:
   /// Makes the window ready for a message of `count` elements of
   /// `elem_size` bytes (<= node_shm_to_bytes(size) in all) over `comm` (the
-  /// communicator's private dup, of `size` >= 3 ranks; this rank: `rank`):
-  /// ShmWindow::prepare.
+  /// communicator's private dup, or the hierarchical path's node, of `size`
+  /// ranks; this rank: `rank`): ShmWindow::prepare.
   int ensure(MPI_Comm comm, std::size_t rank, std::size_t size, std::size_t count, std::size_t elem_size) noexcept {
     const std::size_t need = set_bytes_for(count, elem_size, size);
     if (holds(need)) return MPI_SUCCESS;

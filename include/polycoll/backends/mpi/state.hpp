@@ -63,8 +63,11 @@ struct CommState {
   ForcedAllReduce forced_local = ForcedAllReduce::none;
   std::string forced_text;  // the value, when it is invalid (for the error)
   ForcedAllReduce forced = ForcedAllReduce::none;
-  // The algorithm of the last all_reduce (last_all_reduce_algorithm()).
+  // The algorithm of the last all_reduce (last_all_reduce_algorithm()), and
+  // of the last all_reduce, broadcast, reduce, all_gather or reduce_scatter
+  // (last_algorithm()).
   const char* last_all_reduce = "none";
+  const char* last_algorithm = "none";
   // The result block of a blocking in-place reduce_scatter, grown, never shrunk.
   std::vector<std::byte> reduce_scatter_scratch;
   // The root's copy of its buffer for a blocking in-place reduce where MPI
@@ -76,24 +79,24 @@ struct CommState {
   std::vector<std::byte> ordered_scratch;
   // The 2-rank shared-memory window (backends/mpi/shm.hpp), on pair_comm.
   PairShm shm;
-  // The window of 3 or more ranks on one node (backends/mpi/node_shm.hpp), on pair_comm.
+  // The window of 2 or more ranks on one node (backends/mpi/node_shm.hpp;
+  // at 2 for every collective but all_reduce), on pair_comm.
   NodeShm node_shm;
-  // The hierarchical all_reduce (the ranks span nodes, or
-  // POLYCOLL_MPI_NODE_SIZE makes them: docs/mpi.md, "Across nodes"): decided
-  // once, when pair_comm is made (collective: every rank decides in the same
-  // call; untried: never decided, not taken); the node's ranks (node_comm, a window over
-  // them) and the ranks of this rank's index on every node (cross_comm).
-  // fake_node_local: this process's POLYCOLL_MPI_NODE_SIZE; fake_node: the
-  // value every rank agreed on when pair_comm was made (0 unless all said
-  // the same). `broken`: an MPI_Allreduce between the phases failed on this
-  // node (the window's counters carry the failure bit): every later
-  // all_reduce on this rank fails. The hierarchical broadcast and reduce
-  // take the same path (and fail likewise once it is broken): hier_where
-  // holds, for every rank of the communicator, its index on its node and
-  // its rank in the cross_comm of that index (2 ints per rank), so that a
-  // rooted call finds the root's node peers; hier_scratch holds a node's
-  // partial result on its way to the root, grown with the window, never
-  // shrunk.
+  // The hierarchical all_reduce, broadcast and reduce (the ranks span
+  // nodes, or POLYCOLL_MPI_NODE_SIZE makes them: docs/mpi.md, "Across
+  // nodes"): decided once, when pair_comm is made (collective: every rank
+  // decides in the same call; untried: never decided, not taken); the
+  // node's ranks (node_comm, a window over them) and the ranks of this
+  // rank's index on every node (cross_comm). fake_node_local: this
+  // process's POLYCOLL_MPI_NODE_SIZE; fake_node: the value every rank agreed
+  // on when pair_comm was made (0 unless all said the same). `broken`: an
+  // MPI call between the phases failed on this rank, or on its node (the
+  // window's counters may carry the failure bit): every later call of the
+  // path on this rank fails. hier_where holds, for every rank of the
+  // communicator, its index on its node and its rank in the cross_comm of
+  // that index (2 ints per rank), so that a rooted call finds the root's
+  // node peers; hier_scratch holds a node's partial result on its way to
+  // the root, grown with the window, never shrunk.
   enum class Hierarchy : std::uint8_t { untried, no, yes, broken };
   Hierarchy hierarchy = Hierarchy::untried;
   long fake_node_local = 0;
