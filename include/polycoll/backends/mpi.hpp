@@ -916,10 +916,11 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
   // ranks MPI_Reduce (`op`; Avg: Sum's, the root divides) the node results
   // to the root. A failed MPI_Reduce leaves the window as it was: the rank
   // that saw it goes on through the window's remaining chunks (its node's
-  // ranks wait for it there) without MPI, then returns the error, and the
-  // path fails on it from then on (its node peers elsewhere may be left in
-  // an MPI_Reduce: as after any failed MPI collective, the communicator is
-  // not usable). `done`: as in hierarchical_all_reduce.
+  // ranks wait for it there) without MPI, then returns the error. The path
+  // is not marked broken: its node's ranks, which saw no error, would wait
+  // for it in the window's next call. Its node peers elsewhere may be left
+  // in an MPI_Reduce: as after any failed MPI collective, the communicator
+  // is not usable. `done`: as in hierarchical_all_reduce.
   Status hierarchical_reduce(const detail::mpi::Reduction& r, const detail::CallDesc& c, const void* send,
                              void* recv, std::size_t count, std::size_t root, MPI_Op op, bool& done) {
     auto& s = *state_;
@@ -940,10 +941,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                         r.datatype(), op, cross_root, s.cross_comm);
       }
     }
-    if (rc != MPI_SUCCESS) [[unlikely]] {
-      s.hierarchy = detail::mpi::CommState::Hierarchy::broken;
-      return mpi_error(c, rc, "MPI_Reduce (the hierarchical reduce, across nodes)");
-    }
+    if (rc != MPI_SUCCESS) [[unlikely]] return mpi_error(c, rc, "MPI_Reduce (the hierarchical reduce, across nodes)");
     if (at_root && r.avg()) r.divide(recv, count, s.size);
     done = true;
     return {};
@@ -1217,9 +1215,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     if constexpr (crosses) {
       if (may_cross && hierarchical()) {
         bool done = false;
-        Status s = across(done);
-        if (s && done) state_->last_algorithm = "hierarchical";
-        if (!s || done) return s;
+        state_->last_algorithm = "hierarchical";
+        if (Status s = across(done); !s || done) return s;
       }
     }
     if (!eligible) return elsewhere();
@@ -1884,17 +1881,28 @@ void BasicMpi<Policies>::release() noexcept {
       (void)s.board.release(std::min(left(), detail::mpi::board_meet));
       // The 2-rank all_reduce window (2 ranks only), the node window (2 or
       // more: at 2 it serves the collectives other than all_reduce), and the
-      // hierarchical path's window over the node's ranks.
-      const auto release = [&](detail::mpi::ShmWindow& win, const char* whose, const char* which) {
-        if (win.release(left())) return;
-        log(LogLevel::warning,
-            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size, ") destroyed: ", whose,
-                        " did not all meet within drop_timeout (", s.options.drop_timeout.count(),
-                        " ms) to free ", which, " together; the window is left to MPI_Finalize"));
+      // hierarchical path's window over the node's ranks, each with what is
+      // left of the bound; but once the ranks have met to free one, they are
+      // all here and meet again within microseconds: the next waits at least
+      // board_meet, so that a rank that came late within the bound does not
+      // leave it to MPI_Finalize. One warning names every window left.
+      bool met = false;
+      std::string stranded;
+      const auto release = [&](detail::mpi::ShmWindow& win, const char* which) {
+        if (!win.ready()) return;
+        met = win.release(met ? std::max(left(), detail::mpi::board_meet) : left());
+        if (!met) stranded += detail::cat(stranded.empty() ? "" : " and ", which);
       };
-      release(s.shm, "its ranks", "the shared-memory window of the 2-rank all_reduce");
-      release(s.node_shm, "its ranks", "the shared-memory window of the node's collectives");
-      release(s.hier_shm, "its node's ranks", "the hierarchical path's window");
+      release(s.shm, "the shared-memory window of the 2-rank all_reduce");
+      release(s.node_shm, "the shared-memory window of the node's collectives");
+      release(s.hier_shm, "the hierarchical path's window (over its node's ranks)");
+      if (!stranded.empty()) {
+        log(LogLevel::warning,
+            detail::cat("Mpi communicator (rank ", s.rank, " of ", s.size,
+                        ") destroyed: its ranks did not all meet within drop_timeout (",
+                        s.options.drop_timeout.count(), " ms) to free ", stranded,
+                        " together; left to MPI_Finalize"));
+      }
       if (s.cross_comm != MPI_COMM_NULL) MPI_Comm_free(&s.cross_comm);
       if (s.node_comm != MPI_COMM_NULL) MPI_Comm_free(&s.node_comm);
       if (s.pair_comm != MPI_COMM_NULL) MPI_Comm_free(&s.pair_comm);

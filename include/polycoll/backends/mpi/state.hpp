@@ -89,10 +89,10 @@ struct CommState {
   // node's ranks (node_comm, a window over them) and the ranks of this
   // rank's index on every node (cross_comm). fake_node_local: this
   // process's POLYCOLL_MPI_NODE_SIZE; fake_node: the value every rank agreed
-  // on when pair_comm was made (0 unless all said the same). `broken`: an
-  // MPI call between the phases failed on this rank, or on its node (the
-  // window's counters may carry the failure bit): every later call of the
-  // path on this rank fails. hier_where holds, for every rank of the
+  // on when pair_comm was made (0 unless all said the same). `broken`: the
+  // all_reduce's MPI_Allreduce or the broadcast's MPI_Bcast between the
+  // window's phases failed on this rank's node (the window's counters carry
+  // the failure bit): every later call of the path on this rank fails. hier_where holds, for every rank of the
   // communicator, its index on its node and its rank in the cross_comm of
   // that index (2 ints per rank), so that a rooted call finds the root's
   // node peers; hier_scratch holds a node's partial result on its way to
