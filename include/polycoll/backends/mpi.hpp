@@ -607,9 +607,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
     // hierarchical all_reduce (docs/mpi.md, "Across nodes"), decided with
     // pair_comm (make_pair_comm). Not in rank order: never where
     // Options::reproducible asks for the rank-order fold.
-    using Hierarchy = detail::mpi::CommState::Hierarchy;
-    const bool hierarchical = pair && window_allowed && !nonblocking && !dl && count != 0 && !ordered(r) &&
-                              (state_->hierarchy == Hierarchy::yes || state_->hierarchy == Hierarchy::broken);
+    const bool hierarchical =
+        pair && window_allowed && !nonblocking && !dl && count != 0 && !ordered(r) && state_->hierarchical();
     // The node window folds in rank order, the order Options::reproducible
     // asks for: where it may serve the call, the rank-order path waits to
     // see whether it does (below).
@@ -1184,12 +1183,8 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
                                             const std::optional<detail::Clock::time_point>& dl, std::size_t bytes,
                                             Run&& run, Across&& across = nullptr) {
     constexpr bool crosses = !std::is_same_v<std::decay_t<Across>, std::nullptr_t>;
-    using Hierarchy = detail::mpi::CommState::Hierarchy;
-    const auto hierarchical = [this] {
-      return state_->hierarchy == Hierarchy::yes || state_->hierarchy == Hierarchy::broken;
-    };
     const bool may_cross = crosses && !nonblocking && !dl && state_->size >= 2 && bytes != 0 &&
-                           (state_->pair_comm == MPI_COMM_NULL || hierarchical());
+                           (state_->pair_comm == MPI_COMM_NULL || state_->hierarchical());
     const bool eligible = !nonblocking && !dl && state_->size >= 2 && bytes != 0 &&
                           bytes <= detail::mpi::node_shm_to_bytes(state_->size) && !state_->node_shm.refused();
     // (The caller's own choice, when it goes on: "mpi" or, after it, "rank order".)
@@ -1213,7 +1208,7 @@ class BasicMpi : public Communicator<BasicMpi<Policies>> {
       if (auto s = make_pair_comm(c); !s) return s;
     }
     if constexpr (crosses) {
-      if (may_cross && hierarchical()) {
+      if (may_cross && state_->hierarchical()) {
         bool done = false;
         state_->last_algorithm = "hierarchical";
         if (Status s = across(done); !s || done) return s;

@@ -217,8 +217,7 @@ class NodeShm : public ShmWindow {
       rc = MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, cross_root, cross);
       if (rc == MPI_SUCCESS) std::memcpy(operand(rank_, q), buf, bytes);
     }
-    control(seg_[rank_]).posted.store(rc == MPI_SUCCESS ? q : q | failed_bit, std::memory_order_release);
-    for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
+    post(q, rc != MPI_SUCCESS);
     if (rank_ == root) return rc;
     if ((control(seg_[root]).posted.load(std::memory_order_acquire) & failed_bit) != 0) return MPI_ERR_OTHER;
     std::memcpy(buf, operand(root, q), bytes);
@@ -344,9 +343,15 @@ class NodeShm : public ShmWindow {
   // other, which is what lets set q % 2 be written again in call q + 2.
   bool arrive(std::uint64_t q, const PackedFingerprint* fp) noexcept {
     if (fp) return arrive_checked(q, *fp);
-    control(seg_[rank_]).posted.store(q, std::memory_order_release);
-    for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
+    post(q, false);
     return true;
+  }
+
+  // Call q's arrival on `posted`, with failed_bit when this rank's step
+  // before it failed (broadcast_across), then every rank's.
+  void post(std::uint64_t q, bool failed) noexcept {
+    control(seg_[rank_]).posted.store(failed ? q | failed_bit : q, std::memory_order_release);
+    for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
   }
 
   // Call q's arrival with the consistency check on: the packed fingerprint

@@ -92,13 +92,17 @@ struct CommState {
   // on when pair_comm was made (0 unless all said the same). `broken`: the
   // all_reduce's MPI_Allreduce or the broadcast's MPI_Bcast between the
   // window's phases failed on this rank's node (the window's counters carry
-  // the failure bit): every later call of the path on this rank fails. hier_where holds, for every rank of the
-  // communicator, its index on its node and its rank in the cross_comm of
-  // that index (2 ints per rank), so that a rooted call finds the root's
-  // node peers; hier_scratch holds a node's partial result on its way to
-  // the root, grown with the window, never shrunk.
+  // the failure bit): every later call of the path on this rank fails.
+  // hier_where holds, for every rank of the communicator, its index on its
+  // node and its rank in the cross_comm of that index (2 ints per rank), so
+  // that a rooted call finds the root's node peers; hier_scratch holds a
+  // node's partial result on its way to the root, grown with the window,
+  // never shrunk.
   enum class Hierarchy : std::uint8_t { untried, no, yes, broken };
   Hierarchy hierarchy = Hierarchy::untried;
+  // Whether the hierarchical path serves the calls it may take: a broken
+  // path still takes them, to fail them (every rank decided alike).
+  bool hierarchical() const noexcept { return hierarchy == Hierarchy::yes || hierarchy == Hierarchy::broken; }
   long fake_node_local = 0;
   long fake_node = 0;
   std::string fake_node_text;  // the value, when it is invalid (for the error)
