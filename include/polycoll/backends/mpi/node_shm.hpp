@@ -217,7 +217,7 @@ class NodeShm : public ShmWindow {
       rc = MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, cross_root, cross);
       if (rc == MPI_SUCCESS) std::memcpy(operand(rank_, q), buf, bytes);
     }
-    post(q, rc != MPI_SUCCESS);
+    publish_arrival(q, rc != MPI_SUCCESS);
     if (rank_ == root) return rc;
     if ((control(seg_[root]).posted.load(std::memory_order_acquire) & failed_bit) != 0) return MPI_ERR_OTHER;
     std::memcpy(buf, operand(root, q), bytes);
@@ -300,7 +300,9 @@ class NodeShm : public ShmWindow {
   static constexpr std::size_t fold_block_bytes = 8192;
 
   // Set in a published `reduced` counter when the rank's slice is not valid
-  // (all_reduce_across): waits for the counter still end (it is above any q).
+  // (all_reduce_across), or in `posted` when its MPI step before the
+  // arrival failed (broadcast_across): waits for the counter still end (it
+  // is above any q).
   static constexpr std::uint64_t failed_bit = std::uint64_t{1} << 63;
 
   static std::size_t round64(std::size_t b) noexcept { return (b + 63) / 64 * 64; }
@@ -343,13 +345,14 @@ class NodeShm : public ShmWindow {
   // other, which is what lets set q % 2 be written again in call q + 2.
   bool arrive(std::uint64_t q, const PackedFingerprint* fp) noexcept {
     if (fp) return arrive_checked(q, *fp);
-    post(q, false);
+    publish_arrival(q, false);
     return true;
   }
 
   // Call q's arrival on `posted`, with failed_bit when this rank's step
-  // before it failed (broadcast_across), then every rank's.
-  void post(std::uint64_t q, bool failed) noexcept {
+  // before it failed (broadcast_across), then every rank's. (Not PairShm's
+  // post, which takes a fingerprint: that is arrive's job here.)
+  void publish_arrival(std::uint64_t q, bool failed) noexcept {
     control(seg_[rank_]).posted.store(failed ? q | failed_bit : q, std::memory_order_release);
     for (std::size_t j = 0; j < size_; ++j) wait_for(control(seg_[j]).posted, q);
   }
